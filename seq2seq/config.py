@@ -1,0 +1,225 @@
+"""Typed schema of the Hydra config tree in conf/.
+
+Hydra composes the YAML files; `validate_config` then merges the result into this schema so that
+an unknown key, a value of the wrong type or a value that cannot work fails at start-up with a
+message naming the key, rather than deep inside a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from seq2seq.errors import ConfigError
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
+@dataclass
+class PathsConfig:
+    data_dir: str = "data"
+    cache_dir: str = "cache"
+
+
+@dataclass
+class SplitFiles:
+    src: str = MISSING
+    tgt: str = MISSING
+
+
+@dataclass
+class DownloadConfig:
+    url: str = MISSING  # pattern with {file}
+    sha256: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FilterConfig:
+    """Limits for training pairs, in subword tokens; evaluation sets are never filtered."""
+
+    max_len: int = 128
+    max_ratio: float = 3.0
+    ratio_min_len: int = 4  # pairs shorter than this on both sides skip the ratio test
+
+    def check(self) -> None:
+        _require(self.max_len >= 1, "data.filter.max_len", f"must be >= 1, got {self.max_len}")
+        _require(
+            self.max_ratio >= 1.0, "data.filter.max_ratio", f"must be >= 1, got {self.max_ratio}"
+        )
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    src_lang: str = MISSING
+    tgt_lang: str = MISSING
+    languages: list[str] | None = None  # allowed languages; None: any label
+    dir: str = MISSING
+    splits: dict[str, SplitFiles] = field(default_factory=dict)
+    train_split: str = "train"
+    val_split: str = "val"
+    test_sets: list[str] = field(default_factory=list)
+    download: DownloadConfig | None = None
+    verify_checksums: bool = True
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    max_tokens: int = 4096
+    num_workers: int = 0
+
+    def check(self) -> None:
+        if self.languages is not None:
+            for key, lang in (("data.src_lang", self.src_lang), ("data.tgt_lang", self.tgt_lang)):
+                _require(
+                    lang in self.languages,
+                    key,
+                    f"unknown language '{lang}' for {self.name}; choose one of "
+                    f"{', '.join(self.languages)} (e.g. data.src_lang=en data.tgt_lang=de)",
+                )
+        _require(
+            self.src_lang != self.tgt_lang,
+            "data.tgt_lang",
+            f"source and target are both '{self.src_lang}'; pick two different languages",
+        )
+        for key, split in [("data.train_split", self.train_split), ("data.val_split", self.val_split)]:
+            _require(
+                split in self.splits,
+                key,
+                f"'{split}' is not one of data.splits ({', '.join(self.splits) or 'none'})",
+            )
+        for name in self.test_sets:
+            _require(
+                name in self.splits,
+                "data.test_sets",
+                f"'{name}' is not one of data.splits ({', '.join(self.splits) or 'none'})",
+            )
+        self.filter.check()
+        _require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
+        _require(
+            self.max_tokens >= self.filter.max_len + 2,
+            "data.max_tokens",
+            f"{self.max_tokens} cannot hold one training pair of data.filter.max_len="
+            f"{self.filter.max_len} tokens plus BOS/EOS; raise data.max_tokens or lower the limit",
+        )
+        _require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
+
+
+@dataclass
+class TokenizerConfig:
+    model_type: str = "bpe"
+    vocab_size: int = 8000
+    joint: bool = True
+    character_coverage: float = 1.0
+    byte_fallback: bool = True
+    seed: int = 1
+
+    def check(self) -> None:
+        _require(
+            self.model_type in ("bpe", "unigram"),
+            "tokenizer.model_type",
+            f"'{self.model_type}' is not supported; use bpe or unigram",
+        )
+        _require(
+            self.vocab_size >= 300 if self.byte_fallback else self.vocab_size >= 8,
+            "tokenizer.vocab_size",
+            f"{self.vocab_size} is too small"
+            + (" for byte_fallback (256 byte pieces + specials)" if self.byte_fallback else ""),
+        )
+        _require(
+            0.9 <= self.character_coverage <= 1.0,
+            "tokenizer.character_coverage",
+            f"must be in [0.9, 1.0], got {self.character_coverage}",
+        )
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    d_model: int = 256
+    heads: int = 4
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    positions: str = "sinusoidal"
+    norm: str = "pre"
+    tie_embeddings: bool = True
+    max_len: int = 256
+
+    def check(self) -> None:
+        _require(self.heads >= 1, "model.heads", f"must be >= 1, got {self.heads}")
+        _require(
+            self.d_model % self.heads == 0,
+            "model.heads",
+            f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}",
+        )
+        for key in ("encoder_layers", "decoder_layers", "ffn_dim", "max_len"):
+            value = getattr(self, key)
+            _require(value >= 1, f"model.{key}", f"must be >= 1, got {value}")
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, key)
+            _require(0.0 <= value < 1.0, f"model.{key}", f"must be in [0, 1), got {value}")
+        _require(
+            self.positions in ("sinusoidal", "learned"),
+            "model.positions",
+            f"'{self.positions}' is not supported; use sinusoidal or learned",
+        )
+        _require(self.norm in ("pre", "post"), "model.norm", f"'{self.norm}': use pre or post")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    warmup_steps: int = 1000
+    label_smoothing: float = 0.1
+
+    def check(self) -> None:
+        _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
+        _require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _require(
+            0.0 <= self.label_smoothing < 1.0,
+            "optim.label_smoothing",
+            f"must be in [0, 1), got {self.label_smoothing}",
+        )
+
+
+@dataclass
+class RootConfig:
+    seed: int = 1234
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: dict[str, Any] = field(default_factory=dict)  # keyword arguments of lightning Trainer
+
+    def check(self) -> None:
+        for group in (self.data, self.tokenizer, self.model, self.optim):
+            group.check()
+
+
+def validate_config(cfg: DictConfig) -> RootConfig:
+    """Check a composed config against the schema and return it as typed objects."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RootConfig), cfg)
+        config: RootConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        message = str(getattr(e, "msg", e)).splitlines()[0]
+        hint = ""
+        if "issing mandatory value" in message:
+            hint = f"; set it on the command line, e.g. {key}=..."
+        elif "not in" in message:
+            hint = "; check its spelling against the files in conf/"
+        raise ConfigError(f"config key '{key}': {message}{hint}") from None
+    config.check()
+    return config

@@ -1,0 +1,144 @@
+"""Token-budget batches of similar-length pairs, reshuffled per epoch from the seed.
+
+A batch's cost is its padded size, sentences x longest side (source with EOS, target with
+BOS/EOS), and stays within `max_tokens`; a single pair longer than that (possible only in
+evaluation sets, which are never filtered) forms a batch of its own. Sorting by (source length, target length) before
+cutting keeps padding low; the order of batches is then shuffled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+class Batch(NamedTuple):
+    src: torch.Tensor  # (B, S) source ids + EOS, right-padded with PAD_ID
+    tgt_in: torch.Tensor  # (B, T) BOS + target ids: decoder input
+    tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
+    index: torch.Tensor  # (B,) position of each pair in its split
+
+    @property
+    def tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+def collate(items: list[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
+    """Pad a list of (index, source ids, target ids) into a Batch."""
+    n = len(items)
+    src_len = max(len(s) for _, s, _ in items) + 1
+    tgt_len = max(len(t) for _, _, t in items) + 1
+    src = np.full((n, src_len), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
+    for row, (_, s, t) in enumerate(items):
+        src[row, : len(s)] = s
+        src[row, len(s)] = EOS_ID
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    index = torch.tensor([i for i, _, _ in items], dtype=torch.long)
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), index)
+
+
+class EpochSeededSampler(Sampler[int]):
+    """A permutation that is a function of (seed, epoch) alone, as DistributedSampler's.
+
+    Lightning calls `set_epoch` on it each epoch (also after a restart), which makes the batch
+    order of a resumed run the same as an uninterrupted one.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def generator(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.generator().permutation(self.size).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _cut(order: np.ndarray, size: np.ndarray, max_tokens: int) -> list[list[int]]:
+    """Cut `order` into consecutive batches with len(batch) * max(size) <= max_tokens."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order.tolist():
+        grown = max(longest, int(size[i]))
+        if current and grown * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, grown = [], int(size[i])
+        current.append(i)
+        longest = grown
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Length-bucketed batches within a token budget.
+
+    With `shuffle`, ties in length are broken and the batch order is drawn from the
+    sampler's (seed, epoch); without, batches come in length order (evaluation).
+    """
+
+    def __init__(
+        self,
+        src_lens: np.ndarray,
+        tgt_lens: np.ndarray,
+        max_tokens: int,
+        shuffle: bool,
+        seed: int = 0,
+    ) -> None:
+        # +1: EOS on the source; BOS (input) or EOS (output) on the target
+        self.src_size, self.tgt_size = src_lens + 1, tgt_lens + 1
+        self.size = np.maximum(self.src_size, self.tgt_size)
+        self.max_tokens, self.shuffle = max_tokens, shuffle
+        self.sampler = EpochSeededSampler(len(self.size), seed)
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def batches(self) -> list[list[int]]:
+        epoch = self.sampler.epoch if self.shuffle else -1
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self._make_batches())
+        return self._cache[1]
+
+    def _make_batches(self) -> list[list[int]]:
+        if not self.shuffle:
+            order = np.lexsort((self.tgt_size, self.src_size))
+            return _cut(order, self.size, self.max_tokens)
+        rng = self.sampler.generator()
+        perm = rng.permutation(len(self.size))
+        order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]
+        batches = _cut(order, self.size, self.max_tokens)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+    def padding_fraction(self) -> float:
+        """Share of pad tokens in all padded source and target tensors of one epoch."""
+        real = padded = 0
+        for batch in self.batches():
+            real += int(self.src_size[batch].sum() + self.tgt_size[batch].sum())
+            padded += len(batch) * int(self.src_size[batch].max() + self.tgt_size[batch].max())
+        return 1.0 - real / padded if padded else 0.0

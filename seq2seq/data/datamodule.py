@@ -1,0 +1,143 @@
+"""From config to batches: files, tokenizer, encoded splits, and Lightning's DataModule."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from seq2seq.config import RootConfig
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate
+from seq2seq.data.corpus import (
+    NORMALIZATION_VERSION,
+    SplitPaths,
+    ensure_available,
+    normalize,
+    read_parallel,
+)
+from seq2seq.data.dataset import EncodedSplit, load_or_encode
+from seq2seq.data.tokenizer import Tokenizer, load_or_train
+from seq2seq.io import sha256_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedData:
+    tokenizer: Tokenizer
+    splits: dict[str, EncodedSplit]
+    files: dict[str, SplitPaths]
+    built: list[str] = field(default_factory=list)  # what this call computed (not from cache)
+
+
+def _read_normalized(split: SplitPaths) -> tuple[list[str], list[str]]:
+    src, tgt = read_parallel(split)
+    return [normalize(s) for s in src], [normalize(t) for t in tgt]
+
+
+def prepare(config: RootConfig) -> PreparedData:
+    """Make the data ready: fetch files, train or load the tokenizer, encode or load splits.
+
+    Idempotent: a second call with the same files and settings only reads caches.
+    """
+    data = config.data
+    names = list(dict.fromkeys([data.train_split, data.val_split, *data.test_sets]))
+    files = {s.name: s for s in ensure_available(data, names)}
+    digest = {p: sha256_file(p) for s in files.values() for p in (s.src, s.tgt)}
+
+    def inputs(split: SplitPaths) -> dict[str, str]:
+        return {
+            "src": digest[split.src],
+            "tgt": digest[split.tgt],
+            "normalization": NORMALIZATION_VERSION,
+        }
+
+    cache_dir = Path(config.paths.cache_dir)
+    built = []
+    train = files[data.train_split]
+    tokenizer, trained = load_or_train(
+        cache_dir, config.tokenizer, inputs(train), lambda: _read_normalized(train)
+    )
+    if trained:
+        built.append("tokenizer")
+    splits = {}
+    for name, split in files.items():
+        limits = data.filter if name == data.train_split else None
+        splits[name], encoded = load_or_encode(
+            cache_dir,
+            f"{data.name}-{name}-{data.src_lang}-{data.tgt_lang}",
+            inputs(split),
+            tokenizer,
+            limits,
+            lambda split=split: _read_normalized(split),
+        )
+        if encoded:
+            built.append(name)
+        counts = splits[name].counts
+        log.info(
+            "%s: %d pairs kept of %d (filtered: %d empty, %d longer than %d tokens, "
+            "%d with length ratio > %.1f)",
+            name,
+            counts.kept,
+            counts.total,
+            counts.empty,
+            counts.too_long,
+            data.filter.max_len,
+            counts.bad_ratio,
+            data.filter.max_ratio,
+        )
+    return PreparedData(tokenizer, splits, files, built)
+
+
+class TranslationDataModule(pl.LightningDataModule):
+    """Token-budget batches of the configured splits; test_dataloader is one per test set."""
+
+    def __init__(self, config: RootConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.prepared: PreparedData | None = None
+
+    def prepare_data(self) -> None:
+        prepare(self.config)  # rank 0 only: downloads, trains and writes caches
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.prepared is None:
+            self.prepared = prepare(self.config)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        assert self.prepared is not None, "call setup() first"
+        return self.prepared.tokenizer
+
+    def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
+        assert self.prepared is not None, "call setup() first"
+        dataset = self.prepared.splits[split]
+        return TokenBudgetBatchSampler(
+            dataset.src_lens,
+            dataset.tgt_lens,
+            self.config.data.max_tokens,
+            shuffle=shuffle,
+            seed=self.config.seed,
+        )
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        assert self.prepared is not None, "call setup() first"
+        return DataLoader(
+            self.prepared.splits[split],
+            batch_sampler=self.batch_sampler(split, shuffle),
+            collate_fn=collate,
+            num_workers=self.config.data.num_workers,
+            persistent_workers=self.config.data.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.config.data.train_split, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.config.data.val_split, shuffle=False)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [self._loader(name, shuffle=False) for name in self.config.data.test_sets]

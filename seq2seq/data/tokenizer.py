@@ -1,0 +1,149 @@
+"""SentencePiece subword models for source and target, trained once and cached by content key."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.config import TokenizerConfig
+from seq2seq.errors import ConfigError
+from seq2seq.io import atomic_dir
+
+log = logging.getLogger(__name__)
+
+# The one place that fixes the special ids; the model and decoders read them from here.
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+class Tokenizer:
+    """Source and target SentencePiece models: one shared model when the vocabulary is joint."""
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, src_model: bytes, tgt_model: bytes) -> None:
+        self.src_model, self.tgt_model = src_model, tgt_model
+        self.src = spm.SentencePieceProcessor(model_proto=src_model)
+        self.tgt = self.src if tgt_model == src_model else spm.SentencePieceProcessor(
+            model_proto=tgt_model
+        )
+        for sp in (self.src, self.tgt):
+            ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            assert ids == (PAD_ID, UNK_ID, BOS_ID, EOS_ID), f"unexpected special ids {ids}"
+
+    @property
+    def joint(self) -> bool:
+        return self.src_model == self.tgt_model
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.vocab_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.vocab_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of both models: a checkpoint records it to detect a vocabulary mismatch."""
+        return hashlib.sha256(self.src_model + b"\0" + self.tgt_model).hexdigest()
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return self.src.encode(lines)
+
+    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
+        return self.tgt.encode(lines)
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        return self.tgt.decode(ids)
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "src.model").write_bytes(self.src_model)
+        (directory / "tgt.model").write_bytes(self.tgt_model)
+
+    @classmethod
+    def load(cls, directory: Path) -> Tokenizer:
+        return cls((directory / "src.model").read_bytes(), (directory / "tgt.model").read_bytes())
+
+
+def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
+    """Train on already-normalised lines; identity rule so that decode(encode(x)) == x."""
+    model = io.BytesIO()
+    spm.set_random_generator_seed(cfg.seed)
+    try:
+        _train(lines, model, cfg)
+    except RuntimeError as e:
+        if "Vocabulary size" in str(e):
+            hint = str(e).rsplit("]", 1)[-1].strip()
+            raise ConfigError(
+                f"config key 'tokenizer.vocab_size': {cfg.vocab_size} is more pieces than the "
+                f"training text supports ({hint}); lower it"
+            ) from None
+        raise
+    return model.getvalue()
+
+
+def _train(lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type=cfg.model_type,
+        vocab_size=cfg.vocab_size,
+        character_coverage=cfg.character_coverage,
+        byte_fallback=cfg.byte_fallback,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        input_sentence_size=0,
+        num_threads=1,  # the trained model depends on the thread count
+        minloglevel=2,
+    )
+
+
+def tokenizer_key(cfg: TokenizerConfig, inputs: dict[str, str]) -> str:
+    """Cache key from the settings, the training files' hashes and the library version."""
+    payload = {"settings": asdict(cfg), "inputs": inputs, "sentencepiece": spm.__version__}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_or_train(
+    cache_dir: Path,
+    cfg: TokenizerConfig,
+    inputs: dict[str, str],
+    read_train: Callable[[], tuple[list[str], list[str]]],
+) -> tuple[Tokenizer, bool]:
+    """Return the cached tokenizer for this key, or train and cache one. Also says if it trained.
+
+    `inputs` identifies the training text (file hashes, languages, normalisation) and
+    `read_train()` returns its (source, target) lines, read only on a cache miss.
+    """
+    directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs)
+    if (directory / "tgt.model").exists():
+        return Tokenizer.load(directory), False
+    src_lines, tgt_lines = read_train()
+    if cfg.joint:
+        src_model = tgt_model = train_sentencepiece([*src_lines, *tgt_lines], cfg)
+    else:
+        src_model = train_sentencepiece(src_lines, cfg)
+        tgt_model = train_sentencepiece(tgt_lines, cfg)
+    tokenizer = Tokenizer(src_model, tgt_model)
+    with atomic_dir(directory) as tmp:
+        tokenizer.save(tmp)
+        (tmp / "settings.json").write_text(
+            json.dumps({"settings": asdict(cfg), "inputs": inputs}, indent=2, sort_keys=True)
+        )
+    log.info("trained tokenizer (%s, %d pieces) -> %s", cfg.model_type, cfg.vocab_size, directory)
+    return tokenizer, True

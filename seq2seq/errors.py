@@ -1,0 +1,13 @@
+"""Errors a user can act on: entry points print the message alone, no traceback, and exit 1."""
+
+
+class Seq2SeqError(Exception):
+    """Base class: the message names the file, line or setting and says how to fix it."""
+
+
+class ConfigError(Seq2SeqError):
+    """A configuration key is unknown, missing or has a value that cannot work."""
+
+
+class DataError(Seq2SeqError):
+    """A data file is missing, unreadable, misaligned or fails its checksum."""
