@@ -85,7 +85,10 @@ class DataConfig:
             "data.tgt_lang",
             f"source and target are both '{self.src_lang}'; pick two different languages",
         )
-        for key, split in [("data.train_split", self.train_split), ("data.val_split", self.val_split)]:
+        for key, split in [
+            ("data.train_split", self.train_split),
+            ("data.val_split", self.val_split),
+        ]:
             _require(
                 split in self.splits,
                 key,

@@ -26,8 +26,16 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         f"batches at data.max_tokens={config.data.max_tokens}"
     )
     for column in (
-        "split", "pairs", "kept", "empty", "too long", "bad ratio",
-        "src tokens mean/max", "tgt tokens mean/max", "batches", "padding",
+        "split",
+        "pairs",
+        "kept",
+        "empty",
+        "too long",
+        "bad ratio",
+        "src tokens mean/max",
+        "tgt tokens mean/max",
+        "batches",
+        "padding",
     ):
         table.add_column(column, justify="left" if column == "split" else "right")
     for name, split in prepared.splits.items():

@@ -2,8 +2,8 @@
 
 A batch's cost is its padded size, sentences x longest side (source with EOS, target with
 BOS/EOS), and stays within `max_tokens`; a single pair longer than that (possible only in
-evaluation sets, which are never filtered) forms a batch of its own. Sorting by (source length, target length) before
-cutting keeps padding low; the order of batches is then shuffled.
+evaluation sets, which are never filtered) forms a batch of its own. Sorting by (source length,
+target length) before cutting keeps padding low; the order of batches is then shuffled.
 """
 
 from __future__ import annotations

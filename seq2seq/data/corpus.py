@@ -55,7 +55,11 @@ def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
     for path in files:
         if path.is_dir():
             raise DataError(f"{path} is a directory; data.splits must name text files")
-        if data.verify_checksums and data.download is not None and path.name in data.download.sha256:
+        if (
+            data.verify_checksums
+            and data.download is not None
+            and path.name in data.download.sha256
+        ):
             verify_file(path, data.download.sha256[path.name])
     return splits
 

@@ -33,8 +33,10 @@ class Tokenizer:
     def __init__(self, src_model: bytes, tgt_model: bytes) -> None:
         self.src_model, self.tgt_model = src_model, tgt_model
         self.src = spm.SentencePieceProcessor(model_proto=src_model)
-        self.tgt = self.src if tgt_model == src_model else spm.SentencePieceProcessor(
-            model_proto=tgt_model
+        self.tgt = (
+            self.src
+            if tgt_model == src_model
+            else spm.SentencePieceProcessor(model_proto=tgt_model)
         )
         for sp in (self.src, self.tgt):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
