@@ -1,0 +1,77 @@
+"""Every config in conf/ composes; bad keys and values fail early, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CONF_DIR, compose_config, split_file_overrides
+
+from seq2seq.errors import ConfigError
+
+
+def group_options() -> list[tuple[str, str]]:
+    options = [
+        (group.name, yaml.stem)
+        for group in sorted(CONF_DIR.iterdir())
+        if group.is_dir()
+        for yaml in sorted(group.glob("*.yaml"))
+    ]
+    assert len(options) >= 12, options
+    return options
+
+
+@pytest.mark.parametrize(("group", "option"), group_options())
+def test_every_config_file_composes(group: str, option: str) -> None:
+    extra = split_file_overrides() if (group, option) == ("data", "parallel_files") else []
+    config = compose_config([f"{group}={option}", *extra])
+    if group == "model":
+        assert config.model.name == option
+    if group == "data":
+        assert config.data.name == option
+
+
+def test_defaults_are_multi30k_en_de() -> None:
+    config = compose_config()
+    assert (config.data.name, config.data.src_lang, config.data.tgt_lang) == (
+        "multi30k",
+        "en",
+        "de",
+    )
+    assert config.data.splits["train"].src == "train.en.gz"
+    assert config.data.splits["test_2016_flickr"].tgt == "test_2016_flickr.de.gz"
+    assert len(config.data.download.sha256) == 9
+
+
+def test_language_override_reaches_file_names() -> None:
+    config = compose_config(["data.src_lang=fr", "data.tgt_lang=en"])
+    assert config.data.splits["val"].src == "val.fr.gz"
+    assert config.data.splits["val"].tgt == "val.en.gz"
+
+
+def test_experiment_preset_overrides_groups() -> None:
+    config = compose_config(["experiment=smoke"])
+    assert config.model.name == "transformer_tiny"
+    assert config.tokenizer.vocab_size == 2000
+    assert config.trainer["max_epochs"] == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "words"),
+    [
+        (["+data.max_token=10"], "data.max_token", "not in"),
+        (["data.max_tokens=lots"], "data.max_tokens", "could not be converted"),
+        (["model.heads=3"], "model.heads", "not divisible"),
+        (["model.encoder_layers=0"], "model.encoder_layers", ">= 1"),
+        (["data.src_lang=xx"], "data.src_lang", "unknown language 'xx'"),
+        (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),
+        (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),
+        (["data.max_tokens=64"], "data.max_tokens", "cannot hold one training pair"),
+        (["tokenizer.model_type=wordpiece"], "tokenizer.model_type", "not supported"),
+        (["data=parallel_files"], "data.splits.train.src", "issing mandatory value"),
+    ],
+)
+def test_bad_config_names_the_key(overrides: list[str], key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        compose_config(overrides)
+    message = str(info.value)
+    assert f"'{key}'" in message
+    assert words in message
