@@ -103,7 +103,7 @@ class DataConfig:
         self.filter.check()
         _require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
         _require(
-            self.max_tokens >= self.filter.max_len + 2,
+            self.max_tokens >= self.filter.max_len + 1,
             "data.max_tokens",
             f"{self.max_tokens} cannot hold one training pair of data.filter.max_len="
             f"{self.filter.max_len} tokens plus BOS/EOS; raise data.max_tokens or lower the limit",
