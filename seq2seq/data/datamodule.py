@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,9 +58,10 @@ def prepare(config: RootConfig) -> PreparedData:
 
     cache_dir = Path(config.paths.cache_dir)
     built = []
+    read = functools.cache(_read_normalized)  # a cold start reads the training text once
     train = files[data.train_split]
     tokenizer, trained = load_or_train(
-        cache_dir, config.tokenizer, inputs(train), lambda: _read_normalized(train)
+        cache_dir, config.tokenizer, inputs(train), lambda: read(train)
     )
     if trained:
         built.append("tokenizer")
@@ -72,7 +74,7 @@ def prepare(config: RootConfig) -> PreparedData:
             inputs(split),
             tokenizer,
             limits,
-            lambda split=split: _read_normalized(split),
+            lambda split=split: read(split),
         )
         if encoded:
             built.append(name)
@@ -101,10 +103,11 @@ class TranslationDataModule(pl.LightningDataModule):
         self.prepared: PreparedData | None = None
 
     def prepare_data(self) -> None:
-        prepare(self.config)  # rank 0 only: downloads, trains and writes caches
+        # Lightning runs this in one process per node: downloads, training, writing caches.
+        self.prepared = prepare(self.config)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.prepared is None:
+        if self.prepared is None:  # the other processes: everything comes from the caches
             self.prepared = prepare(self.config)
 
     @property
