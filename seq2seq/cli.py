@@ -6,6 +6,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -16,15 +17,17 @@ from seq2seq.errors import Seq2SeqError
 log = logging.getLogger("seq2seq")
 
 
-def entrypoint(config_name: str) -> Callable[[Callable[[RootConfig], None]], Callable[[], None]]:
+def entrypoint(
+    config_name: str, schema: type = RootConfig
+) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
     """Turn `task(config)` into a Hydra command whose user errors print one message, exit 1."""
 
-    def wrap(task: Callable[[RootConfig], None]) -> Callable[[], None]:
+    def wrap(task: Callable[[Any], None]) -> Callable[[], None]:
         @hydra.main(version_base="1.3", config_path="../conf", config_name=config_name)
         @functools.wraps(task)
         def main(cfg: DictConfig) -> None:
             try:
-                task(validate_config(cfg))
+                task(validate_config(cfg, schema))
             except Seq2SeqError as e:
                 log.error("%s", e)
                 print(f"error: {e}", file=sys.stderr)

@@ -196,7 +196,27 @@ class OptimConfig:
 
 
 @dataclass
+class DecodingConfig:
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5  # output tokens before EOS <= max_len_a * source tokens + max_len_b
+    max_len_b: int = 10
+    batch_size: int = 64  # sentences per decoding batch
+
+    def check(self) -> None:
+        _require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
+        _require(self.batch_size >= 1, "decoding.batch_size", "must be >= 1")
+        _require(
+            self.max_len_a >= 0 and self.max_len_b >= 1,
+            "decoding.max_len_a",
+            "max_len_a must be >= 0 and max_len_b >= 1",
+        )
+
+
+@dataclass
 class RootConfig:
+    """What `train` and `evaluate` read (conf/train.yaml, conf/evaluate.yaml)."""
+
     seed: int = 1234
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -204,17 +224,35 @@ class RootConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: dict[str, Any] = field(default_factory=dict)  # keyword arguments of lightning Trainer
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    ckpt_path: str | None = None  # train: resume from it; evaluate: the model to score
+    average_last: int = 5  # average the last k epoch checkpoints after training (0: off)
+    early_stopping_patience: int = 10  # epochs without a better validation BLEU
+    evaluate_after: bool = True  # score the test sets with the final model after training
 
     def check(self) -> None:
-        for group in (self.data, self.tokenizer, self.model, self.optim):
+        for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
             group.check()
+        _require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
+        _require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
 
 
-def validate_config(cfg: DictConfig) -> RootConfig:
-    """Check a composed config against the schema and return it as typed objects."""
+@dataclass
+class TranslateConfig:
+    """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
+
+    ckpt_path: str = MISSING
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+    def check(self) -> None:
+        self.decoding.check()
+
+
+def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
+    """Check a composed config against `schema` and return it as typed objects."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(RootConfig), cfg)
-        config: RootConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+        merged = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         message = str(getattr(e, "msg", e)).splitlines()[0]

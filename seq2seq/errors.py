@@ -11,3 +11,7 @@ class ConfigError(Seq2SeqError):
 
 class DataError(Seq2SeqError):
     """A data file is missing, unreadable, misaligned or fails its checksum."""
+
+
+class CheckpointError(Seq2SeqError):
+    """A checkpoint is missing, unreadable, or does not fit the data configuration."""

@@ -101,6 +101,7 @@ class TranslationDataModule(pl.LightningDataModule):
         super().__init__()
         self.config = config
         self.prepared: PreparedData | None = None
+        self._references: dict[str, list[str]] = {}
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
@@ -114,6 +115,14 @@ class TranslationDataModule(pl.LightningDataModule):
     def tokenizer(self) -> Tokenizer:
         assert self.prepared is not None, "call setup() first"
         return self.prepared.tokenizer
+
+    def references(self, split: str) -> list[str]:
+        """Raw target lines of the split's pairs in dataset order: what BLEU is computed on."""
+        assert self.prepared is not None, "call setup() first"
+        if split not in self._references:
+            _, targets = read_parallel(self.prepared.files[split])
+            self._references[split] = [targets[i] for i in self.prepared.splits[split].line]
+        return self._references[split]
 
     def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
         assert self.prepared is not None, "call setup() first"

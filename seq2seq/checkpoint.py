@@ -1,0 +1,77 @@
+"""Reading checkpoints for inference, and averaging the last few (Vaswani et al. 2017)."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.config import RootConfig, validate_config
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import CheckpointError
+from seq2seq.io import atomic_path
+from seq2seq.model.transformer import Transformer
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise CheckpointError(
+            f"checkpoint {path} {what}: set ckpt_path to a .ckpt file, e.g. "
+            "ckpt_path=outputs/<date>/<time>/checkpoints/best.ckpt"
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {str(e).splitlines()[0]}. The file is damaged or "
+            "not a checkpoint; use another one (e.g. last.ckpt of the same run)."
+        ) from None
+    if not isinstance(checkpoint, dict) or "seq2seq" not in checkpoint:
+        raise CheckpointError(f"{path} is not a seq2seq checkpoint (written by seq2seq.train)")
+    return checkpoint
+
+
+@dataclass
+class TrainedModel:
+    model: Transformer
+    tokenizer: Tokenizer
+    config: RootConfig  # the training run's configuration
+
+
+def load_trained(path: Path) -> TrainedModel:
+    """The model, tokenizer and training config of a checkpoint, ready for inference."""
+    checkpoint = read_checkpoint(path)
+    extra = checkpoint["seq2seq"]
+    config = validate_config(OmegaConf.create(extra["config"]))
+    tokenizer = Tokenizer(extra["src_model"], extra["tgt_model"])
+    model = Transformer(
+        config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+    )
+    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
+    model.load_state_dict(state)
+    return TrainedModel(model.eval(), tokenizer, config)
+
+
+def average_checkpoints(paths: list[Path], output: Path) -> Path:
+    """Write the parameter average of `paths` as an inference-only checkpoint."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = read_checkpoint(path)["state_dict"]
+        for key, value in state.items():
+            total[key] = total.get(key, 0) + value.double()
+    last = read_checkpoint(paths[-1])
+    averaged = {k: (v / len(paths)).to(last["state_dict"][k].dtype) for k, v in total.items()}
+    keep = {k: last[k] for k in ("epoch", "global_step", "pytorch-lightning_version", "seq2seq")}
+    keep["seq2seq"] = {**keep["seq2seq"], "averaged": [str(p) for p in paths]}
+    with atomic_path(output) as tmp:
+        torch.save({**keep, "state_dict": averaged}, tmp)
+    return output

@@ -1,0 +1,102 @@
+"""The Transformer as a LightningModule: loss, optimizer, schedule, validation BLEU."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.config import RootConfig
+from seq2seq.data.batching import Batch
+from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.metrics import bleu
+from seq2seq.model.transformer import Transformer
+from seq2seq.search import greedy_search, max_output_len
+
+
+def inverse_sqrt(warmup: int):
+    """Linear warmup to the peak, then decay with 1/sqrt(step) (Vaswani et al. 2017)."""
+
+    def factor(step: int) -> float:
+        step += 1
+        if warmup == 0:
+            return 1.0
+        return min(step / warmup, (warmup / step) ** 0.5)
+
+    return factor
+
+
+class TranslationModule(pl.LightningModule):
+    def __init__(self, config: RootConfig, tokenizer: Tokenizer) -> None:
+        super().__init__()
+        self.config, self.tokenizer = config, tokenizer
+        self.model = Transformer(
+            config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+        )
+        self._hypotheses: dict[int, str] = {}
+        self._last_step_end: float | None = None
+
+    def loss(self, batch: Batch) -> tuple[Tensor, int]:
+        """Label-smoothed cross-entropy per target token; padding ignored."""
+        logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            label_smoothing=self.config.optim.label_smoothing,
+            reduction="sum",
+        )
+        tokens = batch.tgt_tokens
+        return loss / tokens, tokens
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        loss, tokens = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
+        now = time.perf_counter()
+        if self._last_step_end is not None:  # wall time per step, data loading included
+            self.log("train/tok_s", tokens / (now - self._last_step_end), prog_bar=True)
+        self._last_step_end = now
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._last_step_end = None  # the validation pause is not training time
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        loss, tokens = self.loss(batch)
+        self.log("val/loss", loss, prog_bar=True, batch_size=tokens)
+        d = self.config.decoding
+        max_len = max_output_len(batch.src, d.max_len_a, d.max_len_b, self.config.model.max_len)
+        outputs = greedy_search(self.model, batch.src, max_len)
+        texts = self.tokenizer.decode_tgt(outputs)
+        for index, text in zip(batch.index.tolist(), texts, strict=True):
+            self._hypotheses[index] = text
+
+    def on_validation_epoch_end(self) -> None:
+        hypotheses, self._hypotheses = self._hypotheses, {}
+        if self.trainer.sanity_checking:
+            return
+        references = self.trainer.datamodule.references(self.config.data.val_split)
+        order = sorted(hypotheses)
+        score = bleu([hypotheses[i] for i in order], [references[i] for i in order])
+        self.log("val/bleu", score, prog_bar=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        o = self.config.optim
+        optimizer = torch.optim.AdamW(
+            self.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
+        )
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(o.warmup_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # everything needed to translate with this checkpoint alone
+        checkpoint["seq2seq"] = {
+            "config": asdict(self.config),
+            "src_model": self.tokenizer.src_model,
+            "tgt_model": self.tokenizer.tgt_model,
+        }

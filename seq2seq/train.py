@@ -1,0 +1,140 @@
+"""`python -m seq2seq.train [overrides]`: train a Transformer, average, score the test sets.
+
+The run directory (Hydra's, under outputs/) receives the resolved config, the tokenizer
+models, checkpoints, metrics (CSV and TensorBoard) and the learning curve.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+from seq2seq.callbacks import LearningCurve
+from seq2seq.checkpoint import average_checkpoints
+from seq2seq.cli import entrypoint
+from seq2seq.config import RootConfig
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.evaluate import evaluate_checkpoint
+from seq2seq.io import atomic_path
+from seq2seq.module import TranslationModule
+
+log = logging.getLogger("seq2seq.train")
+
+MANAGED_TRAINER_KEYS = {"callbacks", "logger", "default_root_dir", "enable_checkpointing"}
+
+
+def trainer_arguments(config: RootConfig) -> dict:
+    """The trainer group, checked against lightning's Trainer signature."""
+    accepted = inspect.signature(pl.Trainer.__init__).parameters
+    for key in config.trainer:
+        if key in MANAGED_TRAINER_KEYS:
+            raise ConfigError(f"config key 'trainer.{key}': set by seq2seq.train; remove it")
+        if key not in accepted:
+            raise ConfigError(
+                f"config key 'trainer.{key}': not an argument of lightning's Trainer "
+                f"(pytorch_lightning {pl.__version__}); check its spelling"
+            )
+    return dict(config.trainer)
+
+
+def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelCheckpoint]:
+    checkpoints = run_dir / "checkpoints"
+    best = ModelCheckpoint(
+        dirpath=checkpoints,
+        filename="best",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    callbacks: list[pl.Callback] = [
+        best,
+        EarlyStopping(monitor="val/bleu", mode="max", patience=config.early_stopping_patience),
+        LearningRateMonitor(logging_interval="step"),
+        LearningCurve(run_dir / "metrics.csv", run_dir / "learning_curve.png"),
+    ]
+    if config.average_last > 0:
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=checkpoints,
+                filename="epoch{epoch:03d}",
+                monitor="epoch",
+                mode="max",
+                save_top_k=config.average_last,
+                auto_insert_metric_name=False,
+            )
+        )
+    loggers = [
+        CSVLogger(run_dir, name="", version=""),
+        TensorBoardLogger(run_dir, name="tensorboard", version=""),
+    ]
+    trainer = pl.Trainer(
+        **trainer_arguments(config), callbacks=callbacks, logger=loggers, default_root_dir=run_dir
+    )
+    return trainer, best
+
+
+def average_last(checkpoints: Path, k: int) -> Path | None:
+    """Average the last k epoch checkpoints into averaged.ckpt (None if fewer than 2)."""
+    epochs = sorted(checkpoints.glob("epoch*.ckpt"))[-k:]
+    if len(epochs) < 2:
+        return None
+    output = average_checkpoints(epochs, checkpoints / "averaged.ckpt")
+    log.info("averaged %s -> %s", ", ".join(p.name for p in epochs), output)
+    return output
+
+
+def train(config: RootConfig, run_dir: Path) -> Path:
+    """Fit, average, and return the checkpoint to use: averaged, else best, else last."""
+    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
+        raise CheckpointError(
+            f"cannot resume: checkpoint {config.ckpt_path} does not exist; set ckpt_path to a "
+            "run's checkpoints/last.ckpt, or ckpt_path=null to start afresh"
+        )
+    pl.seed_everything(config.seed, workers=True)
+    data = TranslationDataModule(config)
+    data.prepare_data()
+    data.setup()
+    module = TranslationModule(config, data.tokenizer)
+    total = sum(p.numel() for p in module.model.parameters())
+    embeddings = module.model.tgt_embedding.tokens.weight.numel()
+    log.info(
+        "model %s: %.2fM parameters (%.2fM in the tied embedding)",
+        config.model.name,
+        total / 1e6,
+        embeddings / 1e6,
+    )
+    with atomic_path(run_dir / "config.yaml") as tmp:
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
+    data.tokenizer.save(run_dir / "tokenizer")
+    trainer, best = build_trainer(config, run_dir)
+    trainer.fit(module, datamodule=data, ckpt_path=config.ckpt_path)
+    checkpoints = run_dir / "checkpoints"
+    averaged = average_last(checkpoints, config.average_last) if config.average_last else None
+    final = averaged or Path(best.best_model_path or checkpoints / "last.ckpt")
+    log.info("final checkpoint: %s", final)
+    return final
+
+
+@entrypoint(config_name="train")
+def main(config: RootConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    final = train(config, run_dir)
+    if config.evaluate_after and config.data.test_sets:
+        evaluate_checkpoint(config, final)
+    print(f"run directory: {run_dir}\nfinal checkpoint: {final}")
+
+
+if __name__ == "__main__":
+    main()

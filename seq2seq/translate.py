@@ -1,0 +1,33 @@
+"""`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`.
+
+One output line per input line, in order; an empty line gives an empty line. Reads in chunks,
+so output starts before the input ends. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+
+from seq2seq.cli import entrypoint
+from seq2seq.config import TranslateConfig
+from seq2seq.translator import Translator
+
+CHUNK_LINES = 1000
+
+
+@entrypoint(config_name="translate", schema=TranslateConfig)
+def main(config: TranslateConfig) -> None:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, device)
+    stdin = sys.stdin.buffer
+    while chunk := list(itertools.islice(stdin, CHUNK_LINES)):
+        lines = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in chunk]
+        sys.stdout.write("".join(t + "\n" for t in translator.translate(lines)))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

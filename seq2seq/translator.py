@@ -1,0 +1,70 @@
+"""Translate text with a trained model: the Python API behind evaluate and translate."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seq2seq.checkpoint import load_trained
+from seq2seq.config import DecodingConfig
+from seq2seq.data.batching import collate
+from seq2seq.data.corpus import normalize
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.model.transformer import Transformer
+from seq2seq.search import beam_search, greedy_search, max_output_len
+
+log = logging.getLogger(__name__)
+
+
+class Translator:
+    """Load once, translate many: `Translator.from_checkpoint(path).translate(lines)`."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        decoding: DecodingConfig | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.model = model.eval().to(device)
+        self.tokenizer = tokenizer
+        self.decoding = decoding or DecodingConfig()
+        self.device = torch.device(device)
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, decoding: DecodingConfig | None = None, device: str = "cpu"
+    ) -> Translator:
+        trained = load_trained(Path(path))
+        return cls(trained.model, trained.tokenizer, decoding, device)
+
+    def translate(self, lines: list[str]) -> list[str]:
+        """One output per input line, in order; an empty line gives an empty line."""
+        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
+        limit = self.model.cfg.max_len - 1  # room for EOS
+        for number, seq in enumerate(ids, start=1):
+            if len(seq) > limit:
+                log.warning("line %d: %d source tokens, truncated to %d", number, len(seq), limit)
+                del seq[limit:]
+        outputs = [""] * len(lines)
+        todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
+        size = self.decoding.batch_size
+        for start in range(0, len(todo), size):
+            chunk = todo[start : start + size]
+            batch = collate([(i, np.asarray(ids[i]), np.empty(0, dtype=np.int64)) for i in chunk])
+            texts = self.tokenizer.decode_tgt(self.search(batch.src))
+            for i, text in zip(chunk, texts, strict=True):
+                outputs[i] = text
+        return outputs
+
+    @torch.no_grad()
+    def search(self, src: torch.Tensor) -> list[list[int]]:
+        d = self.decoding
+        src = src.to(self.device)
+        max_len = max_output_len(src, d.max_len_a, d.max_len_b, self.model.cfg.max_len)
+        if d.beam_size == 1:
+            return greedy_search(self.model, src, max_len)
+        return beam_search(self.model, src, max_len, d.beam_size, d.length_penalty)
