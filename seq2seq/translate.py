@@ -13,6 +13,7 @@ import torch
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
+from seq2seq.errors import DataError
 from seq2seq.translator import Translator
 
 CHUNK_LINES = 1000
@@ -22,9 +23,18 @@ CHUNK_LINES = 1000
 def main(config: TranslateConfig) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, device)
-    stdin = sys.stdin.buffer
+    stdin, number = sys.stdin.buffer, 0
     while chunk := list(itertools.islice(stdin, CHUNK_LINES)):
-        lines = [line.decode("utf-8", errors="replace").rstrip("\r\n") for line in chunk]
+        lines = []
+        for raw in chunk:
+            number += 1
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"standard input, line {number}: not valid UTF-8 (byte "
+                    f"{raw[e.start]:#04x}); convert the input to UTF-8 (e.g. with iconv)"
+                ) from None
         sys.stdout.write("".join(t + "\n" for t in translator.translate(lines)))
         sys.stdout.flush()
 

@@ -21,6 +21,7 @@ from seq2seq.data.corpus import (
 )
 from seq2seq.data.dataset import EncodedSplit, load_or_encode
 from seq2seq.data.tokenizer import Tokenizer, load_or_train
+from seq2seq.errors import ConfigError
 from seq2seq.io import sha256_file
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
-        self.prepared = prepare(self.config)
+        if self.prepared is None:
+            self.prepared = prepare(self.config)
 
     def setup(self, stage: str | None = None) -> None:
         if self.prepared is None:  # the other processes: everything comes from the caches
@@ -146,6 +148,12 @@ class TranslationDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
+        if self.trainer is not None and self.trainer.world_size > 1:
+            raise ConfigError(
+                f"trainer.devices: {self.trainer.world_size} processes would each read every "
+                "batch, because the token-budget sampler does not shard batches across "
+                "processes yet; train on one device (trainer.devices=1)"
+            )
         return self._loader(self.config.data.train_split, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:

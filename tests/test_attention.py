@@ -1,0 +1,62 @@
+"""Multi-head attention against torch's reference, and the fused path against the explicit one."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seq2seq.model.attention import MultiHeadAttention
+
+
+def make(d_model: int = 32, heads: int = 4) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(d_model, heads).eval()
+    for p in attention.parameters():  # non-zero biases too
+        nn.init.normal_(p, std=0.3)
+    return attention
+
+
+def test_equals_torch_multihead_attention_with_the_same_weights() -> None:
+    ours = make()
+    reference = nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(torch.cat([ours.query.weight, ours.key_value.weight]))
+        reference.in_proj_bias.copy_(torch.cat([ours.query.bias, ours.key_value.bias]))
+        reference.out_proj.weight.copy_(ours.output.weight)
+        reference.out_proj.bias.copy_(ours.output.bias)
+    query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    padding = torch.zeros(3, 7, dtype=torch.bool)
+    padding[1, 4:] = True  # torch: True = ignore; ours: True = attend
+    expected, expected_weights = reference(
+        query, key_value, key_value, key_padding_mask=padding, average_attn_weights=False
+    )
+    for need_weights in (False, True):
+        out, weights = ours(query, key_value, ~padding[:, None, None, :], need_weights=need_weights)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_and_explicit_paths_agree_with_causal_and_padding_masks() -> None:
+    attention = make(48, 6)
+    x = torch.randn(4, 9, 48)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    keep = torch.ones(4, 1, 1, 9, dtype=torch.bool)
+    keep[2, ..., 6:] = False
+    for mask in (None, causal, keep, causal & keep):
+        fused, none = attention(x, x, mask)
+        explicit, weights = attention(x, x, mask, need_weights=True)
+        assert none is None
+        torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        if mask is not None:
+            assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+
+
+def test_static_cache_reuses_keys_and_values() -> None:
+    attention = make()
+    query, memory = torch.randn(2, 3, 32), torch.randn(2, 6, 32)
+    cache = attention.static_cache(memory, repeat=2)  # rows: s0, s0, s1, s1
+    assert cache.key.shape == (4, 4, 6, 8)
+    direct, _ = attention(query, memory)
+    cached, _ = attention(query.repeat_interleave(2, 0), None, cache=cache)
+    torch.testing.assert_close(cached, direct.repeat_interleave(2, 0), atol=1e-6, rtol=1e-6)

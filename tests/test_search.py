@@ -1,0 +1,114 @@
+"""Greedy and beam search: beam 1 is greedy, beam finds a better path, batching changes nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seq2seq.config import ModelConfig
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.transformer import Transformer
+from seq2seq.search import beam_search, greedy_search, max_output_len
+
+A, B = 4, 5  # tokens of the hand-built model
+
+
+class TableState:
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def reorder(self, index: torch.Tensor) -> None:
+        pass  # the table model only looks at the last token
+
+
+class TableModel:
+    """A hand-built decoder whose next-token distribution depends on the last token only.
+
+    Greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
+    (0.4 x 0.95 = 0.38), which a beam of 2 keeps.
+    """
+
+    def __init__(self) -> None:
+        p = torch.full((6, 6), 1e-9)
+        p[BOS_ID, A], p[BOS_ID, B] = 0.6, 0.4
+        p[A, EOS_ID], p[A, A], p[A, B] = 0.3, 0.35, 0.35
+        p[B, EOS_ID], p[B, A] = 0.95, 0.05
+        self.log_p = (p / p.sum(-1, keepdim=True)).log()
+
+    def start_decoding(self, src: torch.Tensor, beam: int = 1) -> TableState:
+        return TableState(src.shape[0] * beam)
+
+    def decode_step(self, state: TableState, tokens: torch.Tensor) -> torch.Tensor:
+        return self.log_p[tokens]
+
+    def score(self, seq: list[int]) -> float:
+        tokens = [BOS_ID, *seq, EOS_ID]
+        return sum(self.log_p[a, b].item() for a, b in zip(tokens, tokens[1:], strict=False))
+
+
+def test_beam_search_finds_the_better_sequence_greedy_misses() -> None:
+    model, src, max_len = TableModel(), torch.ones(1, 2, dtype=torch.long), torch.tensor([6])
+    [greedy] = greedy_search(model, src, max_len)
+    [beam] = beam_search(model, src, max_len, beam=2, length_penalty=0.0)
+    assert greedy[0] == A
+    assert beam == [B]
+    assert model.score(beam) > model.score(greedy)
+    assert math.isclose(math.exp(model.score(beam)), 0.4 * 0.95, rel_tol=1e-6)
+
+
+def tiny_transformer() -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        name="t", d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
+    )
+    return Transformer(cfg, 30, 30, True).eval()
+
+
+def sources() -> torch.Tensor:
+    torch.manual_seed(3)
+    src = torch.randint(4, 30, (5, 9))
+    src[:, -1] = EOS_ID
+    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
+    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
+    return src
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_beam_size_one_equals_greedy(length_penalty: float) -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = torch.tensor([3, 8, 12, 0, 15])
+    greedy = greedy_search(model, src, max_len)
+    assert beam_search(model, src, max_len, beam=1, length_penalty=length_penalty) == greedy
+    assert all(len(g) <= m for g, m in zip(greedy, max_len.tolist(), strict=True))
+    assert greedy[3] == []  # max_len 0: EOS at once
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_batched_search_equals_one_sentence_at_a_time(beam: int) -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 4, limit=256)
+    batched = beam_search(model, src, max_len, beam=beam)
+    for i in range(len(src)):
+        row = src[i : i + 1]
+        row = row[:, : int((row != PAD_ID).sum())]
+        assert beam_search(model, row, max_len[i : i + 1], beam=beam) == [batched[i]]
+    assert all(len(seq) <= m for seq, m in zip(batched, max_len.tolist(), strict=True))
+
+
+def test_search_never_outputs_pad_or_bos() -> None:
+    model = tiny_transformer()
+    with torch.no_grad():  # make BOS and PAD the most likely outputs
+        model.output_projection.weight[BOS_ID] *= 50
+        model.output_projection.weight[PAD_ID] *= 50
+    src = sources()
+    max_len = torch.full((len(src),), 6)
+    for out in (greedy_search(model, src, max_len), beam_search(model, src, max_len, beam=3)):
+        assert all(tok not in (PAD_ID, BOS_ID) for seq in out for tok in seq)
+
+
+def test_max_output_len() -> None:
+    src = torch.tensor([[5, 6, 7, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID]])
+    assert max_output_len(src, 1.5, 2, limit=256).tolist() == [6, 3]
+    assert max_output_len(src, 1.5, 2, limit=5).tolist() == [4, 3]

@@ -1,0 +1,209 @@
+"""End to end through the entry points: train (overfit), evaluate, translate, resume, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import compose_config, write_lines
+
+from seq2seq.checkpoint import average_checkpoints, read_checkpoint
+from seq2seq.config import DecodingConfig
+from seq2seq.data.corpus import read_lines
+from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.train import train, trainer_arguments
+from seq2seq.translator import Translator
+
+PAIRS = 40
+
+
+def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:
+    splits = ("train", "val", "test")
+    files = [f"data.splits.{s}.{side}=pairs.{side}" for s in splits for side in ("src", "tgt")]
+    return [
+        "data=parallel_files",
+        f"data.dir={data}",
+        *files,
+        f"paths.cache_dir={cache}",
+        "model=transformer_tiny",
+        "model.dropout=0",
+        f"tokenizer.vocab_size={vocab_size}",
+        "tokenizer.byte_fallback=false",
+        "data.max_tokens=512",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=30",
+        "optim.label_smoothing=0",
+        "decoding.beam_size=1",
+    ]
+
+
+@dataclass
+class FewPairs:
+    directory: Path
+    src: list[str]
+    tgt: list[str]
+
+
+@pytest.fixture(scope="module")
+def few_pairs(shared_data: Path, tmp_path_factory) -> FewPairs:
+    """The first 40 Multi30k en-de training pairs as train, val and test set."""
+    directory = tmp_path_factory.mktemp("pairs")
+    src = read_lines(shared_data / "multi30k" / "train.en.gz")[:PAIRS]
+    tgt = read_lines(shared_data / "multi30k" / "train.de.gz")[:PAIRS]
+    write_lines(directory / "pairs.src", src)
+    write_lines(directory / "pairs.tgt", tgt)
+    return FewPairs(directory, src, tgt)
+
+
+@pytest.fixture(scope="module")
+def overfit_run(few_pairs: FewPairs, tmp_path_factory) -> tuple[Path, list[str]]:
+    """Overfit a tiny model on 40 pairs through `python -m seq2seq.train` (about 30 s on CPU)."""
+    data = few_pairs.directory
+    work = tmp_path_factory.mktemp("overfit")
+    result = run(
+        "train",
+        work,
+        *few_pairs_overrides(data, work / "cache"),
+        "trainer.max_epochs=120",
+        "trainer.check_val_every_n_epoch=40",
+        "average_last=2",
+        "hydra.run.dir=run",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return work / "run", few_pairs_overrides(data, work / "cache")
+
+
+def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
+    run_dir, _ = overfit_run
+    checkpoints = run_dir / "checkpoints"
+    for name in ("config.yaml", "tokenizer/src.model", "metrics.csv", "learning_curve.png"):
+        assert (run_dir / name).is_file(), name
+    assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    for name in ("best.ckpt", "last.ckpt", "averaged.ckpt", "epoch118.ckpt", "epoch119.ckpt"):
+        assert (checkpoints / name).is_file(), name
+    assert not (checkpoints / "epoch117.ckpt").exists()  # only the last average_last=2 kept
+    scores = json.loads((checkpoints / "averaged.greedy.scores.json").read_text())
+    assert scores["test_sets"]["test"]["bleu"] >= 90
+    assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> None:
+    run_dir, overrides = overfit_run
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    result = run("evaluate", tmp_path, *overrides, f"ckpt_path={ckpt}", "decoding.beam_size=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((ckpt.parent / "best.beam3-lp1.scores.json").read_text())["test_sets"]
+    hypotheses = read_lines(ckpt.parent / "best.test.beam3-lp1.hyp")
+    assert len(hypotheses) == PAIRS
+    assert scores["test"]["bleu"] >= 90
+    assert scores["test"]["bleu_signature"].startswith("nrefs:1|case:mixed")
+    assert {"chrf", "bleu_lc", "chrf_signature", "bleu_lc_signature"} <= set(scores["test"])
+
+
+def test_translate_keeps_lines_in_order_and_empty_lines_empty(
+    overfit_run, few_pairs: FewPairs, tmp_path: Path
+) -> None:
+    run_dir, _ = overfit_run
+    src = few_pairs.src
+    text = "\n".join([src[3], "", src[0], "   ", src[7]]) + "\n"
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    result = run("translate", tmp_path, f"ckpt_path={ckpt}", "decoding.beam_size=2", stdin=text)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout.split("\n")
+    assert len(out) == 6 and out[-1] == ""  # five lines in, five out
+    assert out[1] == "" and out[3] == ""
+    two_beams = DecodingConfig(beam_size=2)
+    translator = Translator.from_checkpoint(ckpt, two_beams)
+    assert [out[0], out[2], out[4]] == translator.translate([src[3], src[0], src[7]])
+
+
+def test_translator_api_reproduces_the_training_pairs(overfit_run, few_pairs: FewPairs) -> None:
+    run_dir, _ = overfit_run
+    translator = Translator.from_checkpoint(run_dir / "checkpoints" / "averaged.ckpt")
+    outputs = translator.translate(few_pairs.src)
+    assert sum(o == r for o, r in zip(outputs, few_pairs.tgt, strict=True)) >= PAIRS * 0.8
+
+
+def test_mismatched_tokenizer_is_named(overfit_run, few_pairs: FewPairs, tmp_path: Path) -> None:
+    run_dir, _ = overfit_run
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    overrides = few_pairs_overrides(few_pairs.directory, tmp_path / "cache", vocab_size=300)
+    result = run("evaluate", tmp_path, *overrides, f"ckpt_path={ckpt}")
+    assert result.returncode == 1
+    assert "tokenizer does not match" in result.stderr
+    assert "bpe 400" in result.stderr and "bpe 300" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_checkpoint_paths(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_checkpoint(tmp_path / "missing.ckpt")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        read_checkpoint(tmp_path)
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match=f"cannot read checkpoint {broken}"):
+        read_checkpoint(broken)
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    with pytest.raises(CheckpointError, match="not a seq2seq checkpoint"):
+        read_checkpoint(other)
+
+
+def test_average_is_the_mean_of_the_parameters(overfit_run, tmp_path: Path) -> None:
+    run_dir, _ = overfit_run
+    paths = [run_dir / "checkpoints" / f"epoch{e}.ckpt" for e in (118, 119)]
+    averaged = read_checkpoint(average_checkpoints(paths, tmp_path / "avg.ckpt"))["state_dict"]
+    first, second = (read_checkpoint(p)["state_dict"] for p in paths)
+    for key, value in averaged.items():
+        torch.testing.assert_close(value, (first[key] + second[key]) / 2)
+    assert [p.name for p in tmp_path.iterdir()] == ["avg.ckpt"]
+
+
+def test_resume_restores_epoch_step_optimizer_and_schedule(
+    few_pairs: FewPairs, tmp_path: Path
+) -> None:
+    base = [
+        *few_pairs_overrides(few_pairs.directory, tmp_path / "cache"),
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    first = train(compose_config([*base, "trainer.max_epochs=2"]), tmp_path / "first")
+    last = first.parent / "last.ckpt"
+    state = read_checkpoint(last)
+    resumed_dir = tmp_path / "resumed"
+    train(compose_config([*base, "trainer.max_epochs=3", f"ckpt_path={last}"]), resumed_dir)
+    resumed = read_checkpoint(resumed_dir / "checkpoints" / "last.ckpt")
+    steps_per_epoch = state["global_step"] // 2
+    assert resumed["epoch"] == 2 and resumed["global_step"] == 3 * steps_per_epoch
+    scheduler = resumed["lr_schedulers"][0]
+    assert scheduler["last_epoch"] == 3 * steps_per_epoch  # the schedule went on, not restarted
+    adam_steps = next(iter(resumed["optimizer_states"][0]["state"].values()))["step"]
+    assert int(adam_steps) == 3 * steps_per_epoch
+
+
+def test_config_values_that_cannot_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'trainer.max_epoch': not an argument"):
+        trainer_arguments(compose_config(["+trainer.max_epoch=3"]))
+    with pytest.raises(ConfigError, match="'decoding.beam_size': must be >= 1"):
+        compose_config(["decoding.beam_size=0"])
+    with pytest.raises(ConfigError, match="'model.heads'"):
+        compose_config(["model.d_model=100", "model.heads=3"])
+    with pytest.raises(CheckpointError, match="cannot resume"):
+        train(compose_config([f"ckpt_path={tmp_path / 'nope.ckpt'}"]), tmp_path)

@@ -1,0 +1,110 @@
+"""The Transformer: causality, incremental decoding equals the full pass, padding, tying."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.config import ModelConfig
+from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+from seq2seq.model.transformer import Transformer
+
+VOCAB = 40
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    settings = dict(
+        name="t", d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
+    )
+    return Transformer(ModelConfig(**{**settings, **overrides}), VOCAB, VOCAB, True).eval()
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(1)
+    src = torch.randint(4, VOCAB, (3, 8))
+    src[1, 5:] = PAD_ID
+    tgt = torch.randint(4, VOCAB, (3, 7))
+    tgt[:, 0] = BOS_ID
+    return src, tgt
+
+
+VARIANTS = [{}, {"norm": "post"}, {"positions": "learned"}]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_position_depends_on_a_later_target_token(variant: dict) -> None:
+    model = tiny(**variant)
+    src, tgt = batch()
+    reference = model(src, tgt)
+    for t in range(tgt.shape[1] - 1):
+        changed = tgt.clone()
+        changed[:, t + 1 :] = torch.randint(4, VOCAB, changed[:, t + 1 :].shape)
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, : t + 1], reference[:, : t + 1], atol=1e-5, rtol=0)
+        assert not torch.allclose(out[:, t + 1 :], reference[:, t + 1 :])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_incremental_decoding_equals_the_full_pass(variant: dict) -> None:
+    model = tiny(**variant)
+    src, tgt = batch()
+    full = model(src, tgt).log_softmax(-1)
+    state = model.start_decoding(src)
+    steps = torch.stack([model.decode_step(state, tgt[:, t]) for t in range(tgt.shape[1])], 1)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+
+
+def test_incremental_decoding_with_beam_rows_and_reordering() -> None:
+    model = tiny()
+    src, tgt = batch()
+    beam = 2
+    state = model.start_decoding(src, beam=beam)
+    rows = tgt.repeat_interleave(beam, 0)  # (B*beam, T)
+    swap = torch.arange(len(rows)).view(-1, beam).flip(1).reshape(-1)  # swap within sentences
+    for t in range(3):
+        model.decode_step(state, rows[:, t])
+    state.reorder(swap)
+    rows = rows[swap]
+    last = model.decode_step(state, rows[:, 3])
+    full = model(src.repeat_interleave(beam, 0), rows[:, :4]).log_softmax(-1)[:, 3]
+    torch.testing.assert_close(last, full, atol=1e-5, rtol=1e-5)
+
+
+def test_source_padding_changes_nothing() -> None:
+    model = tiny()
+    src, tgt = batch()
+    padded = torch.cat([src, torch.full((3, 4), PAD_ID)], dim=1)
+    torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+
+
+def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
+    model = tiny()
+    shared = model.tgt_embedding.tokens.weight
+    assert model.src_embedding.tokens.weight is shared
+    assert model.output_projection.weight is shared
+    separate = Transformer(tiny().cfg, VOCAB, VOCAB + 5, False)
+    assert separate.src_embedding.tokens.weight is not separate.tgt_embedding.tokens.weight
+    assert separate.output_projection.weight is separate.tgt_embedding.tokens.weight
+    untied = Transformer(ModelConfig(**{**vars(tiny().cfg), "tie_embeddings": False}), 9, 9, True)
+    assert untied.output_projection.weight is not untied.tgt_embedding.tokens.weight
+
+
+def test_parameter_count_matches_the_architecture() -> None:
+    d, f, layers, v = 512, 2048, 6, 37000  # the paper's base model, shared 37k vocabulary
+    model = Transformer(
+        ModelConfig(name="base", d_model=d, heads=8, encoder_layers=6, decoder_layers=6, ffn_dim=f),
+        v,
+        v,
+        True,
+    )
+    attention = 4 * d * d + 4 * d
+    feed_forward = 2 * d * f + d + f
+    norm = 2 * d
+    expected = (
+        v * d  # one tied embedding
+        + layers * (attention + feed_forward + 2 * norm)
+        + layers * (2 * attention + feed_forward + 3 * norm)
+        + 2 * norm  # final norms of pre-LN
+    )
+    assert sum(p.numel() for p in model.parameters()) == expected  # about 63M; the paper: 65M
