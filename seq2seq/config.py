@@ -139,6 +139,64 @@ class TokenizerConfig:
         )
 
 
+STREAMS = ("source", "target")
+SCORES = ("scaled_dot", "dot", "additive")
+
+
+@dataclass
+class AttentionSiteConfig:
+    """Where one attention site takes its queries and keys/values from, and how it scores."""
+
+    query: str = "target"
+    key_value: str = "source"
+    score: str = "scaled_dot"  # scaled_dot: QK^T/sqrt(d_k); dot: QK^T; additive: v.tanh(q+k)
+    heads: int | None = None  # None: model.heads
+
+    def check(self, site: str, d_model: int) -> None:
+        key = f"model.attention.{site}"
+        for field_name in ("query", "key_value"):
+            value = getattr(self, field_name)
+            _require(
+                value in STREAMS,
+                f"{key}.{field_name}",
+                f"'{value}' is not a stream; use source or target",
+            )
+        _require(self.score in SCORES, f"{key}.score", f"'{self.score}': use {', '.join(SCORES)}")
+        if self.heads is not None:
+            _require(self.heads >= 1, f"{key}.heads", f"must be >= 1, got {self.heads}")
+            _require(
+                d_model % self.heads == 0,
+                f"{key}.heads",
+                f"model.d_model={d_model} is not divisible by {self.heads} heads",
+            )
+
+
+def _site(query: str, key_value: str) -> Any:
+    return field(default_factory=lambda: AttentionSiteConfig(query, key_value))
+
+
+@dataclass
+class AttentionConfig:
+    """The three attention sites (docs/attention.md): standard wiring by default."""
+
+    name: str = "standard"  # the variant's name in ablation reports
+    encoder_self: AttentionSiteConfig = _site("source", "source")
+    decoder_self: AttentionSiteConfig = _site("target", "target")
+    cross: AttentionSiteConfig = _site("target", "source")
+    allow_future_leak: bool = False  # True: no causal mask in the decoder (leak demonstration)
+
+    def check(self, d_model: int) -> None:
+        for site in ("encoder_self", "decoder_self", "cross"):
+            getattr(self, site).check(site, d_model)
+        encoder = self.encoder_self
+        _require(
+            encoder.query == "source" and encoder.key_value == "source",
+            "model.attention.encoder_self",
+            "the encoder never sees the target (there is none at inference, where the encoder "
+            "runs before any target token exists); use query=source key_value=source",
+        )
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -154,8 +212,10 @@ class ModelConfig:
     norm: str = "pre"
     tie_embeddings: bool = True
     max_len: int = 256
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def check(self) -> None:
+        self.attention.check(self.d_model)
         _require(self.heads >= 1, "model.heads", f"must be >= 1, got {self.heads}")
         _require(
             self.d_model % self.heads == 0,
@@ -246,6 +306,26 @@ class TranslateConfig:
 
     def check(self) -> None:
         self.decoding.check()
+
+
+@dataclass
+class VisualizeConfig:
+    """What `visualize` reads (conf/visualize.yaml)."""
+
+    ckpt_path: str = MISSING
+    text: str = MISSING
+    site: str = "cross"  # cross | decoder_self
+    per_head: bool = False  # one panel per head instead of the mean over heads
+    output: str | None = None  # default: <checkpoint>.<site>.png beside the checkpoint
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+    def check(self) -> None:
+        self.decoding.check()
+        _require(
+            self.site in ("cross", "decoder_self"),
+            "site",
+            f"'{self.site}': use cross or decoder_self",
+        )
 
 
 def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:

@@ -7,7 +7,9 @@ models, checkpoints, metrics (CSV and TensorBoard) and the learning curve.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -95,8 +97,8 @@ def average_last(checkpoints: Path, k: int) -> Path | None:
     return output
 
 
-def train(config: RootConfig, run_dir: Path) -> Path:
-    """Fit, average, and return the checkpoint to use: averaged, else best, else last."""
+def train(config: RootConfig, run_dir: Path) -> dict:
+    """Fit and average; return a summary naming the checkpoint to use (averaged/best/last)."""
     if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
         raise CheckpointError(
             f"cannot resume: checkpoint {config.ckpt_path} does not exist; set ckpt_path to a "
@@ -119,20 +121,35 @@ def train(config: RootConfig, run_dir: Path) -> Path:
         tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
     data.tokenizer.save(run_dir / "tokenizer")
     trainer, best = build_trainer(config, run_dir)
+    start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=config.ckpt_path)
+    seconds = time.perf_counter() - start
     checkpoints = run_dir / "checkpoints"
     averaged = average_last(checkpoints, config.average_last) if config.average_last else None
     final = averaged or Path(best.best_model_path or checkpoints / "last.ckpt")
     log.info("final checkpoint: %s", final)
-    return final
+    metrics = trainer.callback_metrics
+    return {
+        "variant": config.model.attention.name,
+        "parameters": total,
+        "train_seconds": round(seconds, 1),
+        "epochs": trainer.current_epoch,
+        "steps": trainer.global_step,
+        "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
+        "best_val_bleu": float(best.best_model_score) if best.best_model_score else None,
+        "final_checkpoint": str(final),
+    }
 
 
 @entrypoint(config_name="train")
 def main(config: RootConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    final = train(config, run_dir)
+    summary = train(config, run_dir)
+    final = Path(summary["final_checkpoint"])
     if config.evaluate_after and config.data.test_sets:
-        evaluate_checkpoint(config, final)
+        summary["test"] = evaluate_checkpoint(config, final)["test_sets"]
+    with atomic_path(run_dir / "run_summary.json") as tmp:  # written last: the run is complete
+        tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print(f"run directory: {run_dir}\nfinal checkpoint: {final}")
 
 

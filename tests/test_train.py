@@ -185,7 +185,7 @@ def test_resume_restores_epoch_step_optimizer_and_schedule(
         "evaluate_after=false",
     ]
     first = train(compose_config([*base, "trainer.max_epochs=2"]), tmp_path / "first")
-    last = first.parent / "last.ckpt"
+    last = Path(first["final_checkpoint"]).parent / "last.ckpt"
     state = read_checkpoint(last)
     resumed_dir = tmp_path / "resumed"
     train(compose_config([*base, "trainer.max_epochs=3", f"ckpt_path={last}"]), resumed_dir)

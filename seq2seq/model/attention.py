@@ -1,8 +1,10 @@
-"""Multi-head attention (Vaswani et al. 2017, section 3.2), one module for all three kinds.
+"""Multi-head attention (Vaswani et al. 2017, section 3.2), one module for every site.
 
 Which sequence feeds the queries and which feeds the keys/values is an argument of `forward`:
 encoder self-attention passes the source twice, decoder self-attention the target twice, and
-cross-attention the target as `query` and the encoder output as `key_value`.
+standard cross-attention the target as `query` and the encoder output as `key_value`. The
+score function is a setting: scaled dot product (the paper), unscaled dot product, or additive
+(Bahdanau et al. 2015).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from torch import Tensor, nn
 class KVCache:
     """Keys and values of one attention module during incremental decoding.
 
-    `static` entries (cross-attention over the encoder output) are computed once per sentence;
-    the others (self-attention) grow by one position per step.
+    `static` entries (a source sequence) are computed once per sentence; the others (target
+    prefixes) grow by one position per step.
     """
 
     def __init__(self, static: bool) -> None:
@@ -34,21 +36,81 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, heads: int, dropout: float = 0.0, score: str = "scaled_dot"
+    ) -> None:
         super().__init__()
         assert d_model % heads == 0, "d_model must be divisible by heads"
-        self.heads, self.d_k, self.dropout = heads, d_model // heads, dropout
+        assert score in ("scaled_dot", "dot", "additive"), score
+        self.heads, self.d_k, self.dropout, self.score = heads, d_model // heads, dropout, score
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.output = nn.Linear(d_model, d_model)
+        if score == "additive":  # v in v^T tanh(q + k), per head; q and k are the projections
+            self.energy = nn.Parameter(torch.randn(heads, self.d_k) * self.d_k**-0.5)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape  # (B, T, d_model) -> (B, h, T, d_k)
         return x.view(b, t, self.heads, self.d_k).transpose(1, 2)
 
+    def queries(self, x: Tensor) -> Tensor:
+        return self._split_heads(self.query(x))  # (B, h, T, d_k)
+
+    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.key_value(x).chunk(2, dim=-1)
+        return self._split_heads(k), self._split_heads(v)
+
+    def merge(self, heads: Tensor) -> Tensor:
+        """(B, h, T, d_k) -> output projection of the concatenated heads (B, T, d_model)."""
+        b, _, t, _ = heads.shape
+        return self.output(heads.transpose(1, 2).reshape(b, t, self.heads * self.d_k))
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Attention logits (B, h, Tq, Tk)."""
+        if self.score == "additive":
+            hidden = torch.tanh(q[:, :, :, None] + k[:, :, None])  # (B, h, Tq, Tk, d_k)
+            return torch.einsum("bhqkd,hd->bhqk", hidden, self.energy)
+        scale = 1.0 / math.sqrt(self.d_k) if self.score == "scaled_dot" else 1.0
+        return q @ k.transpose(-2, -1) * scale
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """softmax(score(q, k)) v per head: (B, h, Tq, d_k), and the weights if asked for.
+
+        `mask` is boolean, broadcastable to (B, h, Tq, Tk), True where attention is allowed.
+        """
+        dropout = self.dropout if self.training else 0.0
+        if not need_weights and self.score != "additive":  # torch's fused kernel
+            scale = None if self.score == "scaled_dot" else 1.0
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+            )
+            return out, None
+        scores = self.scores(q, k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return F.dropout(weights, dropout, self.training) @ v, weights
+
+    def attend_prefixes(
+        self, q: Tensor, k: Tensor, v: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries q (B, h, Tq, d_k) over every prefix k[..., :t+1, :] of a target sequence.
+
+        Returns (B, h, T, Tq, d_k): row t holds the results over target positions <= t.
+        """
+        t = k.shape[2]
+        prefix = torch.ones(t, t, dtype=torch.bool, device=k.device).tril()  # [t, j]: j <= t
+        scores = self.scores(q, k)[:, :, None]  # (B, h, 1, Tq, T)
+        scores = scores.masked_fill(~prefix[:, None, :], float("-inf"))  # (B, h, T, Tq, T)
+        weights = scores.softmax(dim=-1)
+        out = F.dropout(weights, self.dropout, self.training) @ v[:, :, None]
+        return out, weights if need_weights else None
+
     def static_cache(self, key_value: Tensor, repeat: int = 1) -> KVCache:
         """Keys and values of a fixed sequence, computed once and repeated `repeat` times."""
-        k, v = (self._split_heads(x) for x in self.key_value(key_value).chunk(2, dim=-1))
+        k, v = self.keys_values(key_value)
         cache = KVCache(static=True)
         cache.key, cache.value = k.repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)
         return cache
@@ -56,37 +118,25 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self,
         query: Tensor,
-        key_value: Tensor,
+        key_value: Tensor | None,
         mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from `query` (B, Tq, d) over `key_value` (B, Tk, d).
+        """Attend from `query` (B, Tq, d) over `key_value` (B, Tk, d): output (B, Tq, d).
 
-        `mask` is boolean, broadcastable to (B, h, Tq, Tk), True where attention is allowed.
-        Returns the output (B, Tq, d) and, if `need_weights`, the weights (B, h, Tq, Tk).
         With a static `cache`, `key_value` is not read: its keys and values are in the cache.
+        Returns the weights (B, h, Tq, Tk) too if `need_weights`.
         """
-        q = self._split_heads(self.query(query))  # (B, h, Tq, d_k)
+        q = self.queries(query)
         if cache is not None and cache.static:
             k, v = cache.key, cache.value
         else:
-            k, v = (self._split_heads(x) for x in self.key_value(key_value).chunk(2, dim=-1))
-            if cache is not None:  # incremental self-attention: append this step's keys/values
+            k, v = self.keys_values(key_value)
+            if cache is not None:  # incremental: append this step's keys and values
                 if cache.key is not None:
                     k = torch.cat([cache.key, k], dim=2)
                     v = torch.cat([cache.value, v], dim=2)
                 cache.key, cache.value = k, v
-        dropout = self.dropout if self.training else 0.0
-        if need_weights:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, Tq, Tk)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            weights = scores.softmax(dim=-1)
-            out = F.dropout(weights, dropout, self.training) @ v  # (B, h, Tq, d_k)
-        else:
-            weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        b, _, t, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, t, self.heads * self.d_k)  # (B, Tq, d_model)
-        return self.output(out), weights
+        out, weights = self.attend(q, k, v, mask, need_weights)
+        return self.merge(out), weights

@@ -7,6 +7,7 @@ three ways: source embedding, target embedding and output projection (Press & Wo
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -15,7 +16,10 @@ from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.model.attention import KVCache, MultiHeadAttention
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.model.sites import AttentionSite, SiteCache
+
+log = logging.getLogger(__name__)
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -76,7 +80,10 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        site = cfg.attention.encoder_self
+        self.self_attention = MultiHeadAttention(
+            cfg.d_model, site.heads or cfg.heads, cfg.attention_dropout, site.score
+        )
         self.feed_forward = FeedForward(cfg)
         self.attention_block, self.feed_forward_block = Residual(cfg), Residual(cfg)
 
@@ -88,54 +95,55 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        wiring, causal = cfg.attention, not cfg.attention.allow_future_leak
+        args = (cfg.d_model, cfg.heads, cfg.attention_dropout, causal)
+        self.self_attention = AttentionSite(wiring.decoder_self, *args)
+        self.cross_attention = AttentionSite(wiring.cross, *args)
         self.feed_forward = FeedForward(cfg)
         self.self_block, self.cross_block = Residual(cfg), Residual(cfg)
         self.feed_forward_block = Residual(cfg)
-        self.cross_weights: Tensor | None = None  # (B, h, T, S) when asked for
 
     def forward(
-        self,
-        y: Tensor,
-        memory: Tensor | None,
-        self_mask: Tensor | None,
-        src_mask: Tensor,
-        caches: tuple[KVCache, KVCache] | None = None,
-        need_weights: bool = False,
+        self, y: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> Tensor:
-        self_cache, cross_cache = caches if caches is not None else (None, None)
+        """Full pass over the target y (B, T, d) with the encoder output memory (B, S, d)."""
+        y = self.self_block(y, lambda h: self.self_attention(h, memory, src_mask, need_weights))
+        y = self.cross_block(y, lambda h: self.cross_attention(h, memory, src_mask, need_weights))
+        return self.feed_forward_block(y, self.feed_forward)
 
-        def cross(h: Tensor) -> Tensor:
-            # queries from the target (decoder states), keys and values from the source
-            out, self.cross_weights = self.cross_attention(
-                h, memory, src_mask, cross_cache, need_weights
-            )
-            return out
-
-        y = self.self_block(y, lambda h: self.self_attention(h, h, self_mask, self_cache)[0])
-        y = self.cross_block(y, cross)
+    def step(self, y: Tensor, caches: tuple[SiteCache, SiteCache], src_mask: Tensor) -> Tensor:
+        """One decoding step: y (N, 1, d)."""
+        self_cache, cross_cache = caches
+        y = self.self_block(y, lambda h: self.self_attention.step(h, self_cache, src_mask))
+        y = self.cross_block(y, lambda h: self.cross_attention.step(h, cross_cache, src_mask))
         return self.feed_forward_block(y, self.feed_forward)
 
 
 class DecoderState:
     """What incremental decoding carries from step to step, for N = sentences x beam rows."""
 
-    def __init__(self, src_mask: Tensor, caches: list[tuple[KVCache, KVCache]]) -> None:
+    def __init__(self, src_mask: Tensor, caches: list[tuple[SiteCache, SiteCache]]) -> None:
         self.src_mask = src_mask  # (N, 1, 1, S)
         self.caches = caches
         self.position = 0
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows `index`; each must stay within its sentence's block of beam rows."""
-        for self_cache, _ in self.caches:
-            self_cache.reorder(index)
+        for layer_caches in self.caches:
+            for cache in layer_caches:
+                cache.reorder(index)
 
 
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool):
         super().__init__()
+        cfg.check()  # e.g. a wiring that feeds the target to the encoder fails here, saying why
         self.cfg = cfg
+        if cfg.attention.allow_future_leak:
+            log.warning(
+                "model.attention.allow_future_leak=true: the decoder sees later target tokens "
+                "in training, which it cannot at inference; for demonstrating leakage only"
+            )
         tgt_tokens = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
         tie_source = cfg.tie_embeddings and joint_vocab and src_vocab == tgt_vocab
         src_tokens = (
@@ -176,11 +184,9 @@ class Transformer(nn.Module):
         self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> Tensor:
         """Teacher-forced decoder: tgt_in (B, T) -> logits (B, T, V)."""
-        t = tgt_in.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()  # (T, T)
         y = self.tgt_embedding(tgt_in)
         for layer in self.decoder_layers:
-            y = layer(y, memory, causal, src_mask, need_weights=need_weights)
+            y = layer(y, memory, src_mask, need_weights)
         return self.output_projection(self.decoder_norm(y))
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -188,10 +194,14 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, memory, src_mask)
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
-        """Encode once; cross-attention keys/values are computed once per sentence."""
+        """Encode once; what depends on the source alone (e.g. cross-attention keys/values)
+        is computed once per sentence and repeated for its `beam` rows."""
         memory, src_mask = self.encode(src)
         caches = [
-            (KVCache(static=False), layer.cross_attention.static_cache(memory, repeat=beam))
+            (
+                layer.self_attention.start(memory, src_mask, beam),
+                layer.cross_attention.start(memory, src_mask, beam),
+            )
             for layer in self.decoder_layers
         ]
         return DecoderState(src_mask.repeat_interleave(beam, dim=0), caches)
@@ -200,6 +210,6 @@ class Transformer(nn.Module):
         """Feed the last tokens (N,) and return next-token log-probabilities (N, V)."""
         y = self.tgt_embedding(tokens[:, None], start=state.position)  # (N, 1, d)
         for layer, caches in zip(self.decoder_layers, state.caches, strict=True):
-            y = layer(y, None, None, state.src_mask, caches)
+            y = layer.step(y, caches, state.src_mask)
         state.position += 1
         return self.output_projection(self.decoder_norm(y[:, 0])).log_softmax(dim=-1)
