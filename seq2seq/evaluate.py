@@ -11,7 +11,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -24,7 +23,7 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.io import atomic_path
 from seq2seq.metrics import corpus_scores
-from seq2seq.translator import Translator
+from seq2seq.translator import Translator, default_device
 
 log = logging.getLogger("seq2seq.evaluate")
 
@@ -57,8 +56,7 @@ def evaluate_checkpoint(config: RootConfig, ckpt_path: Path) -> dict:
     trained = load_trained(ckpt_path)
     prepared = prepare(config)
     check_tokenizer(trained, config, prepared.tokenizer)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    translator = Translator(trained.model, trained.tokenizer, config.decoding, device)
+    translator = Translator(trained.model, trained.tokenizer, config.decoding, default_device())
     tag = decoding_tag(config.decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),

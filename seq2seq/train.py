@@ -10,7 +10,7 @@ import inspect
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -20,14 +20,17 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from seq2seq.callbacks import LearningCurve
-from seq2seq.checkpoint import average_checkpoints
+from seq2seq.checkpoint import average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
+from seq2seq.data.corpus import read_parallel
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.evaluate import evaluate_checkpoint
 from seq2seq.io import atomic_path
+from seq2seq.metrics import bleu
 from seq2seq.module import TranslationModule
+from seq2seq.translator import Translator, default_device
 
 log = logging.getLogger("seq2seq.train")
 
@@ -97,6 +100,17 @@ def average_last(checkpoints: Path, k: int) -> Path | None:
     return output
 
 
+def validation_bleu(config: RootConfig, data: TranslationDataModule, ckpt: Path) -> float:
+    """Greedy BLEU of a checkpoint on the validation split, as validation computes it."""
+    trained = load_trained(ckpt)
+    greedy = replace(config.decoding, beam_size=1)
+    translator = Translator(trained.model, trained.tokenizer, greedy, default_device())
+    sources, _ = read_parallel(data.prepared.files[config.data.val_split])
+    references = data.references(config.data.val_split)
+    kept = data.prepared.splits[config.data.val_split].line
+    return bleu(translator.translate([sources[i] for i in kept]), references)
+
+
 def train(config: RootConfig, run_dir: Path) -> dict:
     """Fit and average; return a summary naming the checkpoint to use (averaged/best/last)."""
     if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
@@ -125,8 +139,19 @@ def train(config: RootConfig, run_dir: Path) -> dict:
     trainer.fit(module, datamodule=data, ckpt_path=config.ckpt_path)
     seconds = time.perf_counter() - start
     checkpoints = run_dir / "checkpoints"
+    final = Path(best.best_model_path or checkpoints / "last.ckpt")
     averaged = average_last(checkpoints, config.average_last) if config.average_last else None
-    final = averaged or Path(best.best_model_path or checkpoints / "last.ckpt")
+    if averaged is not None and best.best_model_score is not None:
+        # averaging helps near convergence and can hurt while the model still improves fast:
+        # keep whichever scores higher on validation (never on test)
+        averaged_bleu = validation_bleu(config, data, averaged)
+        log.info(
+            "validation BLEU (greedy): averaged %.2f, best %.2f",
+            averaged_bleu,
+            float(best.best_model_score),
+        )
+        if averaged_bleu >= float(best.best_model_score):
+            final = averaged
     log.info("final checkpoint: %s", final)
     metrics = trainer.callback_metrics
     return {

@@ -9,20 +9,17 @@ from __future__ import annotations
 import itertools
 import sys
 
-import torch
-
 from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
 from seq2seq.errors import DataError
-from seq2seq.translator import Translator
+from seq2seq.translator import Translator, default_device
 
 CHUNK_LINES = 1000
 
 
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, device)
+    translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
     stdin, number = sys.stdin.buffer, 0
     while chunk := list(itertools.islice(stdin, CHUNK_LINES)):
         lines = []

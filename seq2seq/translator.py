@@ -19,6 +19,10 @@ from seq2seq.search import beam_search, greedy_search, max_output_len
 log = logging.getLogger(__name__)
 
 
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class Translator:
     """Load once, translate many: `Translator.from_checkpoint(path).translate(lines)`."""
 

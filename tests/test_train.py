@@ -98,8 +98,13 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
     for name in ("best.ckpt", "last.ckpt", "averaged.ckpt", "epoch118.ckpt", "epoch119.ckpt"):
         assert (checkpoints / name).is_file(), name
     assert not (checkpoints / "epoch117.ckpt").exists()  # only the last average_last=2 kept
-    scores = json.loads((checkpoints / "averaged.greedy.scores.json").read_text())
-    assert scores["test_sets"]["test"]["bleu"] >= 90
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    final = Path(summary["final_checkpoint"])
+    assert final.name in ("averaged.ckpt", "best.ckpt")  # whichever scores higher on val
+    assert summary["test"]["test"]["bleu"] >= 90
+    assert summary["epochs"] == 120 and summary["parameters"] > 0
+    scores = json.loads(final.with_name(f"{final.stem}.greedy.scores.json").read_text())
+    assert scores["test_sets"]["test"]["bleu"] == summary["test"]["test"]["bleu"]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
