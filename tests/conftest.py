@@ -16,10 +16,12 @@ CONF_DIR = ROOT / "conf"
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def compose_config(overrides: list[str] | None = None) -> RootConfig:
-    """Compose conf/train.yaml as the entry points do, and check it against the schema."""
+def compose_config(
+    overrides: list[str] | None = None, config_name: str = "train", schema: type = RootConfig
+):
+    """Compose a root config of conf/ as the entry points do, and check it against the schema."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate_config(compose("train", overrides=overrides or []))
+        return validate_config(compose(config_name, overrides=overrides or []), schema)
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -5,28 +5,50 @@ from __future__ import annotations
 import pytest
 from conftest import CONF_DIR, compose_config, split_file_overrides
 
+from seq2seq.config import RootConfig, TranslateConfig, VisualizeConfig
 from seq2seq.errors import ConfigError
+
+OPTIONAL_GROUPS = {"ablation"}  # not in the defaults list: selected with +ablation=...
 
 
 def group_options() -> list[tuple[str, str]]:
     options = [
-        (group.name, yaml.stem)
-        for group in sorted(CONF_DIR.iterdir())
-        if group.is_dir()
-        for yaml in sorted(group.glob("*.yaml"))
+        (str(yaml.parent.relative_to(CONF_DIR)), yaml.stem)
+        for yaml in sorted(CONF_DIR.rglob("*.yaml"))
+        if yaml.parent != CONF_DIR
     ]
-    assert len(options) >= 12, options
+    assert len(options) >= 25, options
     return options
 
 
 @pytest.mark.parametrize(("group", "option"), group_options())
 def test_every_config_file_composes(group: str, option: str) -> None:
     extra = split_file_overrides() if (group, option) == ("data", "parallel_files") else []
-    config = compose_config([f"{group}={option}", *extra])
+    plus = "+" if group in OPTIONAL_GROUPS else ""
+    config = compose_config([f"{plus}{group}={option}", *extra])
     if group == "model":
         assert config.model.name == option
     if group == "data":
         assert config.data.name == option
+
+
+@pytest.mark.parametrize(
+    ("name", "schema", "overrides"),
+    [
+        ("evaluate", RootConfig, ["ckpt_path=x.ckpt"]),
+        ("translate", TranslateConfig, ["ckpt_path=x.ckpt"]),
+        ("visualize", VisualizeConfig, ["ckpt_path=x.ckpt", "text=A dog."]),
+    ],
+)
+def test_root_configs_compose(name: str, schema: type, overrides: list[str]) -> None:
+    config = compose_config(overrides, config_name=name, schema=schema)
+    assert config.ckpt_path == "x.ckpt"
+    assert config.decoding.beam_size == (1 if name == "visualize" else 5)
+    if schema is RootConfig:  # optional there (train resumes from it); evaluate's main requires it
+        assert compose_config([], config_name=name).ckpt_path is None
+        return
+    with pytest.raises(ConfigError, match="'ckpt_path'"):
+        compose_config(overrides[1:], config_name=name, schema=schema)
 
 
 def test_defaults_are_multi30k_en_de() -> None:

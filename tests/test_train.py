@@ -156,6 +156,12 @@ def test_mismatched_tokenizer_is_named(overfit_run, few_pairs: FewPairs, tmp_pat
     assert "Traceback" not in result.stderr
 
 
+def test_evaluate_requires_a_checkpoint(tmp_path: Path) -> None:
+    result = run("evaluate", tmp_path)
+    assert result.returncode == 1
+    assert "error: config key 'ckpt_path': required" in result.stderr
+
+
 def test_bad_checkpoint_paths(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="does not exist"):
         read_checkpoint(tmp_path / "missing.ckpt")
