@@ -28,6 +28,14 @@ class KVCache:
         self.key: Tensor | None = None  # (B, h, T, d_k)
         self.value: Tensor | None = None
 
+    def extend(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this step's keys and values (B, h, 1, d_k); return all of them so far."""
+        if self.key is not None:
+            key = torch.cat([self.key, key], dim=2)
+            value = torch.cat([self.value, value], dim=2)
+        self.key, self.value = key, value
+        return key, value
+
     def reorder(self, index: Tensor) -> None:
         """Keep rows `index` of the batch (beam search reorders hypotheses each step)."""
         if self.key is not None and not self.static:
@@ -134,9 +142,6 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = self.keys_values(key_value)
             if cache is not None:  # incremental: append this step's keys and values
-                if cache.key is not None:
-                    k = torch.cat([cache.key, k], dim=2)
-                    v = torch.cat([cache.value, v], dim=2)
-                cache.key, cache.value = k, v
+                k, v = cache.extend(k, v)
         out, weights = self.attend(q, k, v, mask, need_weights)
         return self.merge(out), weights

@@ -102,10 +102,6 @@ class AttentionSite(nn.Module):
             mask = src_mask if self.key_value_stream == "source" else None
             out, self.weights = a(target, None if cache.keys.static else target, mask, cache.keys)
             return out
-        k, v = a.keys_values(target)  # source queries over the target prefix so far
-        if cache.keys.key is not None:
-            k = torch.cat([cache.keys.key, k], dim=2)
-            v = torch.cat([cache.keys.value, v], dim=2)
-        cache.keys.key, cache.keys.value = k, v
+        k, v = cache.keys.extend(*a.keys_values(target))  # source queries over the prefix
         results, self.weights = a.attend(cache.source_queries, k, v, None)  # (N, h, S, d_k)
         return a.merge(masked_mean(results, src_mask))
