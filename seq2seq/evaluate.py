@@ -1,6 +1,7 @@
 """`python -m seq2seq.evaluate ckpt_path=... [decoding.beam_size=5] [data.test_sets=[...]]`.
 
-Writes hypotheses next to the checkpoint and a JSON of all scores, with sacreBLEU signatures.
+Writes hypotheses (<ckpt>.<set>.<decoding>.hyp) next to the checkpoint and a JSON of all
+scores with sacreBLEU signatures (<ckpt>.<sets>.<decoding>.scores.json).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def evaluate_checkpoint(config: RootConfig, ckpt_path: Path) -> dict:
             "hypotheses": str(hyp_path),
             "references": str(prepared.files[name].tgt),
         }
-    scores_path = ckpt_path.with_name(f"{ckpt_path.stem}.{tag}.scores.json")
+    sets = "+".join(config.data.test_sets)  # one file per evaluated set list: nothing clobbered
+    scores_path = ckpt_path.with_name(f"{ckpt_path.stem}.{sets}.{tag}.scores.json")
     with atomic_path(scores_path) as tmp:
         tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     Console(width=160).print(score_table(results))

@@ -53,7 +53,9 @@ def test_tiny_model_learns_multi30k_through_train_and_evaluate(shared_data: Path
         timeout=900,
     )
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
-    scores = json.loads((ckpt.parent / "averaged.beam5-lp1.scores.json").read_text())
+    scores = json.loads(
+        (ckpt.parent / "averaged.test_2016_flickr.beam5-lp1.scores.json").read_text()
+    )
     test = scores["test_sets"]["test_2016_flickr"]
     assert test["sentences"] == 1000
     assert test["bleu"] > 1.0  # 300 updates of a 0.4M-parameter model: learning, not quality

@@ -103,7 +103,7 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
     assert final.name in ("averaged.ckpt", "best.ckpt")  # whichever scores higher on val
     assert summary["test"]["test"]["bleu"] >= 90
     assert summary["epochs"] == 120 and summary["parameters"] > 0
-    scores = json.loads(final.with_name(f"{final.stem}.greedy.scores.json").read_text())
+    scores = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())
     assert scores["test_sets"]["test"]["bleu"] == summary["test"]["test"]["bleu"]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -113,12 +113,25 @@ def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> N
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     result = run("evaluate", tmp_path, *overrides, f"ckpt_path={ckpt}", "decoding.beam_size=3")
     assert result.returncode == 0, result.stderr[-3000:]
-    scores = json.loads((ckpt.parent / "best.beam3-lp1.scores.json").read_text())["test_sets"]
+    scores = json.loads((ckpt.parent / "best.test.beam3-lp1.scores.json").read_text())["test_sets"]
     hypotheses = read_lines(ckpt.parent / "best.test.beam3-lp1.hyp")
     assert len(hypotheses) == PAIRS
     assert scores["test"]["bleu"] >= 90
     assert scores["test"]["bleu_signature"].startswith("nrefs:1|case:mixed")
     assert {"chrf", "bleu_lc", "chrf_signature", "bleu_lc_signature"} <= set(scores["test"])
+
+    test_scores = (ckpt.parent / "best.test.beam3-lp1.scores.json").read_bytes()
+    again = run(
+        "evaluate",
+        tmp_path,
+        *overrides,
+        f"ckpt_path={ckpt}",
+        "decoding.beam_size=3",
+        "data.test_sets=[val]",
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (ckpt.parent / "best.val.beam3-lp1.scores.json").is_file()
+    assert (ckpt.parent / "best.test.beam3-lp1.scores.json").read_bytes() == test_scores
 
 
 def test_translate_keeps_lines_in_order_and_empty_lines_empty(
