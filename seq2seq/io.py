@@ -19,6 +19,12 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds.
@@ -33,6 +39,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes it private; use the usual mode
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -48,6 +55,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         yield tmp_path
         if path.exists():  # another process finished first: keep its copy
             return
+        os.chmod(tmp_path, 0o777 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,9 @@ def test_ids_match_the_tokenizer_and_round_trip_to_disk(tokenizer: Tokenizer, tm
     for name in ("src", "src_offsets", "tgt", "tgt_offsets", "line"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(split, name))
     assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]  # no temp file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "x.npz").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
 
 def test_evaluation_sets_are_never_filtered(toy_files: Path, tmp_path: Path, caplog) -> None:
