@@ -51,6 +51,20 @@ def multi30k(multi30k_config: RootConfig):
     return prepare(multi30k_config)
 
 
+def random_batch(vocab: int) -> tuple:
+    """A fixed random (src, tgt_in) pair of batches: 3 sentences, one with source padding."""
+    import torch
+
+    from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+
+    torch.manual_seed(1)
+    src = torch.randint(4, vocab, (3, 8))
+    src[1, 5:] = PAD_ID
+    tgt = torch.randint(4, vocab, (3, 7))
+    tgt[:, 0] = BOS_ID
+    return src, tgt
+
+
 def toy_corpus(n: int = 300) -> tuple[list[str], list[str]]:
     """A small deterministic corpus with varied lengths."""
     words = ["the", "a", "dog", "cat", "runs", "jumps", "over", "under"]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import random_batch
 
 from seq2seq.config import ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
@@ -21,12 +22,7 @@ def tiny(**overrides) -> Transformer:
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    torch.manual_seed(1)
-    src = torch.randint(4, VOCAB, (3, 8))
-    src[1, 5:] = PAD_ID
-    tgt = torch.randint(4, VOCAB, (3, 7))
-    tgt[:, 0] = BOS_ID
-    return src, tgt
+    return random_batch(VOCAB)
 
 
 VARIANTS = [{}, {"norm": "post"}, {"positions": "learned"}]

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, compose_config
+from conftest import ROOT, compose_config, random_batch
 
 from seq2seq.config import AttentionConfig, AttentionSiteConfig, ModelConfig
-from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.model.sites import AttentionSite
 from seq2seq.model.transformer import Transformer
@@ -48,12 +48,7 @@ def model(decoder_self=("target", "target"), cross=("target", "source"), score="
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    torch.manual_seed(1)
-    src = torch.randint(4, VOCAB, (3, 8))
-    src[1, 5:] = PAD_ID
-    tgt = torch.randint(4, VOCAB, (3, 7))
-    tgt[:, 0] = BOS_ID
-    return src, tgt
+    return random_batch(VOCAB)
 
 
 def incremental(m: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
