@@ -23,7 +23,6 @@ from seq2seq.callbacks import LearningCurve
 from seq2seq.checkpoint import average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
-from seq2seq.data.corpus import read_parallel
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.evaluate import evaluate_checkpoint
@@ -105,10 +104,8 @@ def validation_bleu(config: RootConfig, data: TranslationDataModule, ckpt: Path)
     trained = load_trained(ckpt)
     greedy = replace(config.decoding, beam_size=1)
     translator = Translator(trained.model, trained.tokenizer, greedy, default_device())
-    sources, _ = read_parallel(data.prepared.files[config.data.val_split])
-    references = data.references(config.data.val_split)
-    kept = data.prepared.splits[config.data.val_split].line
-    return bleu(translator.translate([sources[i] for i in kept]), references)
+    sources, references = data.raw_pairs(config.data.val_split)
+    return bleu(translator.translate(sources), references)
 
 
 def train(config: RootConfig, run_dir: Path) -> dict:

@@ -102,7 +102,7 @@ class TranslationDataModule(pl.LightningDataModule):
         super().__init__()
         self.config = config
         self.prepared: PreparedData | None = None
-        self._references: dict[str, list[str]] = {}
+        self._raw: dict[str, tuple[list[str], list[str]]] = {}
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
@@ -118,13 +118,18 @@ class TranslationDataModule(pl.LightningDataModule):
         assert self.prepared is not None, "call setup() first"
         return self.prepared.tokenizer
 
+    def raw_pairs(self, split: str) -> tuple[list[str], list[str]]:
+        """Raw source and target lines of the split's pairs, in dataset order (read once)."""
+        assert self.prepared is not None, "call setup() first"
+        if split not in self._raw:
+            sources, targets = read_parallel(self.prepared.files[split])
+            kept = self.prepared.splits[split].line
+            self._raw[split] = ([sources[i] for i in kept], [targets[i] for i in kept])
+        return self._raw[split]
+
     def references(self, split: str) -> list[str]:
         """Raw target lines of the split's pairs in dataset order: what BLEU is computed on."""
-        assert self.prepared is not None, "call setup() first"
-        if split not in self._references:
-            _, targets = read_parallel(self.prepared.files[split])
-            self._references[split] = [targets[i] for i in self.prepared.splits[split].line]
-        return self._references[split]
+        return self.raw_pairs(split)[1]
 
     def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
         assert self.prepared is not None, "call setup() first"
