@@ -8,12 +8,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.loss import label_smoothed_cross_entropy
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import greedy_search, max_output_len
@@ -43,13 +43,14 @@ class TranslationModule(pl.LightningModule):
 
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy per target token; padding ignored."""
-        logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1),
-            batch.tgt_out.flatten(),
-            ignore_index=PAD_ID,
-            label_smoothing=self.config.optim.label_smoothing,
-            reduction="sum",
+        memory, src_mask = self.model.encode(batch.src)
+        states = self.model.decode(batch.tgt_in, memory, src_mask)  # (B, T, d)
+        scored = batch.tgt_out != PAD_ID
+        loss = label_smoothed_cross_entropy(
+            states[scored],
+            self.model.output_projection.weight,
+            batch.tgt_out[scored],
+            self.config.optim.label_smoothing,
         )
         tokens = batch.tgt_tokens
         return loss / tokens, tokens

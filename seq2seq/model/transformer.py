@@ -183,15 +183,16 @@ class Transformer(nn.Module):
     def decode(
         self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> Tensor:
-        """Teacher-forced decoder: tgt_in (B, T) -> logits (B, T, V)."""
+        """Teacher-forced decoder: tgt_in (B, T) -> final decoder states (B, T, d)."""
         y = self.tgt_embedding(tgt_in)
         for layer in self.decoder_layers:
             y = layer(y, memory, src_mask, need_weights)
-        return self.output_projection(self.decoder_norm(y))
+        return self.decoder_norm(y)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
         memory, src_mask = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)
+        return self.output_projection(self.decode(tgt_in, memory, src_mask))
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
         """Encode once; what depends on the source alone (e.g. cross-attention keys/values)

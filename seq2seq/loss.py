@@ -1,0 +1,95 @@
+"""Label-smoothed cross-entropy fused with the output projection, computed in row chunks.
+
+The plain path materialises (tokens x vocabulary) logits, their log-softmax and three
+gradients of the same size: at 4,000 tokens x 8,000 pieces that is 128 MB a tensor, and on a
+CPU the time goes to touching fresh memory rather than to arithmetic (it was half of a
+transformer_small training step). Here each chunk of rows goes from hidden states to loss and
+to the gradients of hidden states and projection weight at once, and only a chunk of logits
+ever exists (as in Liger-Kernel's fused linear cross-entropy).
+
+The loss is F.cross_entropy's with `label_smoothing=s`, summed:
+    (1 - s) * -log p(target) + s * mean_v(-log p(v)),
+whose gradient with respect to the logits is softmax - (1 - s) * onehot(target) - s / V.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+DEFAULT_CHUNK_ROWS = 512
+
+
+def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The matmul dtype autocast would use here (bf16 under bf16-mixed), else the input's."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return dtype
+
+
+def _chunked_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk_rows: int, grads: bool
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Summed loss and, when `grads`, d loss / d hidden and d loss / d weight."""
+    dtype = _compute_dtype(hidden.device, hidden.dtype)
+    vocab = weight.shape[0]
+    exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: fp32 at least
+    w = weight.to(dtype)
+    loss = torch.zeros((), dtype=exact, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if grads else None
+    grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
+    with torch.autocast(hidden.device.type, enabled=False):
+        for start in range(0, hidden.shape[0], chunk_rows):
+            h = hidden[start : start + chunk_rows].to(dtype)  # (n, d)
+            t = target[start : start + chunk_rows, None]  # (n, 1)
+            logits = (h @ w.T).to(exact)  # (n, V)
+            log_z = logits.logsumexp(dim=-1, keepdim=True)  # (n, 1)
+            nll = log_z - logits.gather(1, t)
+            uniform = log_z - logits.mean(dim=-1, keepdim=True)
+            loss += ((1.0 - smoothing) * nll + smoothing * uniform).sum()
+            if grads:
+                grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocab)
+                grad.scatter_add_(1, t, torch.full_like(nll, smoothing - 1.0))
+                grad = grad.to(dtype)
+                grad_hidden[start : start + chunk_rows] = grad @ w
+                grad_weight += grad.T @ h
+    return loss, grad_hidden, grad_weight
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, rows: int
+    ) -> Tensor:
+        # the gradients are by-products of the forward chunks; backward only scales them
+        loss, grad_hidden, grad_weight = _chunked_loss(
+            hidden, weight, target, smoothing, rows, grads=True
+        )
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        scale = grad_loss.to(grad_hidden.dtype)
+        return grad_hidden * scale, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None
+
+
+def label_smoothed_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    smoothing: float,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> Tensor:
+    """Summed label-smoothed cross-entropy of `target` (N,) under logits hidden @ weight.T.
+
+    hidden (N, d) are the final decoder states of the N target positions to score (padding
+    already removed); weight (V, d) is the output projection.
+    """
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _FusedLinearCrossEntropy.apply(hidden, weight, target, smoothing, chunk_rows)
+    return _chunked_loss(hidden, weight, target, smoothing, chunk_rows, grads=False)[0]
