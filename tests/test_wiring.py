@@ -233,6 +233,32 @@ def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Pa
     assert "2_broken is incomplete: run_summary.json is missing" in result.stderr
 
 
+def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None:
+    """The suite's command on 40 Multi30k pairs: one run dir per variant, then the report."""
+    from test_train import few_pairs_overrides
+
+    from seq2seq.data.corpus import read_lines
+
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
+        (tmp_path / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
+    sweep = tmp_path / "sweep"
+    train = [sys.executable, "-m", "seq2seq.train", "-m", "+ablation=standard,swapped_cross"]
+    overrides = few_pairs_overrides(tmp_path, tmp_path / "cache")
+    budget = ["trainer.max_epochs=2", "average_last=2", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(
+        [*train, *overrides, *budget], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert runs == ["0_standard", "1_swapped_cross"]
+    report = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
+    result = subprocess.run(report, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rows = (sweep / "ablation.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| standard", "| swapped_cross"]
+
+
 @pytest.mark.parametrize(
     "cross", [("target", "source"), ("source", "target"), ("source", "source")]
 )
