@@ -8,9 +8,10 @@ embeddings), see the same real batches from our data module and run on the same 
 Repetitions are interleaved (ours, Marian, ours, ...) because the machine is shared and noisy:
 the tables give medians and the ratio ours / Marian of the same repetitions.
 
-- Training: target tokens/s of forward + backward + clipping + AdamW step, fp32 and bf16
-  autocast (CPU), bf16 autocast on a GPU when present. Marian's loss is label-smoothed
-  F.cross_entropy over its logits, what a Hugging Face user would write.
+- Training: target tokens/s of forward + backward + clipping + AdamW step (the optimizer of
+  `seq2seq.train`, for both models), fp32 and bf16 autocast (CPU), bf16 autocast on a GPU.
+  Marian's loss is label-smoothed F.cross_entropy over its logits, what a Hugging Face user
+  would write.
 - Decoding: sentences/s on test sources in batches of `decoding.batch_size`, greedy and beam.
   Lengths are forced equal: every hypothesis has exactly `--length` tokens, then EOS (ours:
   EOS masked before that step and forced at it; Marian: min_new_tokens=length,
@@ -25,6 +26,7 @@ Timings are reported, never asserted: CI runs `--quick` for its output only.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -50,7 +52,7 @@ from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.io import atomic_path
 from seq2seq.model.transformer import Transformer
-from seq2seq.module import TranslationModule
+from seq2seq.module import TranslationModule, adamw
 from seq2seq.search import beam_search, greedy_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,15 +170,10 @@ def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, clip: floa
     optimizer.zero_grad(set_to_none=True)
 
 
-def adamw(config: RootConfig, model: nn.Module) -> torch.optim.Optimizer:
-    o = config.optim
-    return torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
-    )
-
-
-def our_train_step(module: TranslationModule, config: RootConfig) -> Callable[[Batch], None]:
-    optimizer = adamw(config, module)
+def our_train_step(
+    module: TranslationModule, config: RootConfig, mixed: bool
+) -> Callable[[Batch], None]:
+    optimizer = adamw(module.parameters(), config.optim, mixed_precision=mixed)
     clip = config.trainer.get("gradient_clip_val") or float("inf")
 
     def step(batch: Batch) -> None:
@@ -187,8 +184,8 @@ def our_train_step(module: TranslationModule, config: RootConfig) -> Callable[[B
     return step
 
 
-def marian_train_step(model: nn.Module, config: RootConfig) -> Callable[[Batch], None]:
-    optimizer = adamw(config, model)
+def marian_train_step(model: nn.Module, config: RootConfig, mixed: bool) -> Callable[[Batch], None]:
+    optimizer = adamw(model.parameters(), config.optim, mixed_precision=mixed)
     clip = config.trainer.get("gradient_clip_val") or float("inf")
     smoothing = config.optim.label_smoothing
 
@@ -342,6 +339,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (CI: output only)")
     parser.add_argument("--json", type=Path, help="also write all measurements to this file")
     parser.add_argument("--length", type=int, help="forced output tokens per hypothesis")
+    parser.add_argument(
+        "--compile", action="store_true", help="also train a torch.compile'd copy of our model"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, as for seq2seq.train")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
@@ -383,14 +383,18 @@ def main(argv: list[str]) -> int:
 
     # training
     module.train()
-    steps = {"ours": our_train_step(module, config)}
+    builders = {"ours": lambda mixed: our_train_step(module, config, mixed)}
+    if args.compile:
+        compiled = copy.deepcopy(module)
+        compiled.model.compile_layers()
+        builders["ours compiled"] = lambda mixed: our_train_step(compiled, config, mixed)
     if marian is not None:
         marian.train()
-        steps["marian"] = marian_train_step(marian, config)
+        builders["marian"] = lambda mixed: marian_train_step(marian, config, mixed)
     phases = {
-        f"{system} {precision}": training_phase(step, batches, dtype)
+        f"{system} {precision}": training_phase(build(dtype is not None), batches, dtype)
         for precision, dtype in precisions.items()
-        for system, step in steps.items()
+        for system, build in builders.items()
     }
     trained = interleaved(phases, settings.reps, device)
     flops_per_pass = training_flops(module, batches)
@@ -505,20 +509,19 @@ def report(
         lines.append(f"Marian rows skipped: {marian_note}")
     rows = []
     for precision in precisions:
-        ours = trained[f"ours {precision}"]
-        achieved = results["training_flops"] / statistics.median(ours.seconds) / 1e9
-        peak = results["matmul_peak_gflops"][precision]
         marian = trained.get(f"marian {precision}")
-        for name, m in (("ours", ours), ("Marian", marian)):
-            if m is None:
+        peak = results["matmul_peak_gflops"][precision]
+        for name, m in trained.items():
+            if not name.endswith(f" {precision}"):
                 continue
-            is_ours = m is ours
+            is_ours = name.startswith("ours")
+            achieved = results["training_flops"] / statistics.median(m.seconds) / 1e9
             rows.append(
                 [
-                    f"{name} {precision}",
+                    name,
                     f"{m.median():,.0f}",
                     f"{min(m.rates()):,.0f}-{max(m.rates()):,.0f}",
-                    ratio(ours, marian) if is_ours and marian else "",
+                    ratio(m, marian) if is_ours and marian else "",
                     f"{achieved:,.1f} ({achieved / peak:.0%})" if is_ours else "",
                     mib(m.memory),
                 ]

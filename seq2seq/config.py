@@ -242,6 +242,7 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
     weight_decay: float = 0.0
+    fused: bool = True
     warmup_steps: int = 1000
     label_smoothing: float = 0.1
 
@@ -289,6 +290,7 @@ class RootConfig:
     average_last: int = 5  # average the last k epoch checkpoints after training (0: off)
     early_stopping_patience: int = 10  # epochs without a better validation BLEU
     evaluate_after: bool = True  # score the test sets with the final model after training
+    compile: bool = False  # torch.compile the encoder and decoder layers for training
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):

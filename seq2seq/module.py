@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.config import RootConfig
+from seq2seq.config import OptimConfig, RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.loss import label_smoothed_cross_entropy
@@ -29,6 +30,24 @@ def inverse_sqrt(warmup: int):
         return min(step / warmup, (warmup / step) ** 0.5)
 
     return factor
+
+
+def adamw(
+    parameters: Iterable[Tensor], config: OptimConfig, mixed_precision: bool = False
+) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel when `optim.fused`, except under mixed precision: there
+    Lightning clips gradients itself and refuses optimizers that unscale them (fused ones), so
+    the multi-tensor (foreach) kernel is used instead."""
+    fused = config.fused and not mixed_precision
+    return torch.optim.AdamW(
+        parameters,
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
 
 
 class TranslationModule(pl.LightningModule):
@@ -88,9 +107,8 @@ class TranslationModule(pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.config.optim
-        optimizer = torch.optim.AdamW(
-            self.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay
-        )
+        mixed = str(self.trainer.precision).endswith("mixed")
+        optimizer = adamw(self.parameters(), o, mixed_precision=mixed)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(o.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 

@@ -128,6 +128,8 @@ def train(config: RootConfig, run_dir: Path) -> dict:
         total / 1e6,
         embeddings / 1e6,
     )
+    if config.compile:
+        module.model.compile_layers()
     with atomic_path(run_dir / "config.yaml") as tmp:
         tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
     data.tokenizer.save(run_dir / "tokenizer")

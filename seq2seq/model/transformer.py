@@ -172,6 +172,12 @@ class Transformer(nn.Module):
                 if module.padding_idx is not None:
                     nn.init.zeros_(module.weight[module.padding_idx])
 
+    def compile_layers(self) -> None:
+        """torch.compile every layer's full-sequence forward (training and validation loss).
+        Incremental decoding stays eager, and state-dict keys do not change."""
+        for layer in [*self.encoder_layers, *self.decoder_layers]:
+            layer.compile(dynamic=True)
+
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, d) and the source padding mask (B, 1, 1, S)."""
         src_mask = (src != PAD_ID)[:, None, None, :]
