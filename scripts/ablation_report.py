@@ -2,6 +2,8 @@
 
     python scripts/ablation_report.py multirun/<date>/<time> [--test-set test_2016_flickr]
 
+Without --test-set the report scores each run on the first of its config's data.test_sets.
+
 Each run directory must hold run_summary.json (written by seq2seq.train when a run finishes,
 after its test evaluation) and config.yaml; a run without them stops the report with its name.
 """
@@ -50,7 +52,12 @@ def wiring(attention: dict) -> str:
     )
 
 
-def read_run(run_dir: Path, test_set: str) -> dict:
+def number(value: float | None, spec: str) -> str:
+    """A run without validation or logged loss shows '-' in its cell."""
+    return "-" if value is None else format(value, spec)
+
+
+def read_run(run_dir: Path, test_set: str | None) -> dict:
     summary_path, config_path = run_dir / "run_summary.json", run_dir / "config.yaml"
     for path in (summary_path, config_path):
         if not path.is_file():
@@ -61,23 +68,29 @@ def read_run(run_dir: Path, test_set: str) -> dict:
             )
     summary = json.loads(summary_path.read_text())
     config = yaml.safe_load(config_path.read_text())
+    test_set = test_set or config["data"]["test_sets"][0]
     test = summary.get("test", {}).get(test_set)
     if test is None:
-        raise SystemExit(f"error: {summary_path} has no scores for test set '{test_set}'")
+        raise SystemExit(
+            f"error: {summary_path} has no scores for test set '{test_set}'; it has "
+            f"{sorted(summary.get('test', {}))}. Pick one with --test-set."
+        )
     return {
         "variant": summary["variant"],
         "wiring": wiring(config["model"]["attention"]),
         "parameters": f"{summary['parameters'] / 1e6:.2f}M",
-        "val BLEU": f"{summary['best_val_bleu']:.2f}",
+        "val BLEU": number(summary["best_val_bleu"], ".2f"),
         "test BLEU": f"{test['bleu']:.2f}",
         "chrF": f"{test['chrf']:.2f}",
-        "train loss": f"{summary['train_loss']:.3f}",
+        "train loss": number(summary["train_loss"], ".3f"),
         "train min": f"{summary['train_seconds'] / 60:.1f}",
         "signature": test["bleu_signature"],
+        "test set": test_set,
     }
 
 
-def write_report(rows: list[dict], output: Path, test_set: str) -> None:
+def write_report(rows: list[dict], output: Path) -> None:
+    test_set = rows[0]["test set"]
     header = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     body = "".join("| " + " | ".join(row[c] for c in COLUMNS) + " |\n" for row in rows)
     signature = rows[0]["signature"]
@@ -87,7 +100,7 @@ def write_report(rows: list[dict], output: Path, test_set: str) -> None:
             "best greedy validation BLEU during training.\n"
         )
     with atomic_path(output / "ablation.csv") as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, "signature"])
+        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, "signature", "test set"])
         writer.writeheader()
         writer.writerows(rows)
     fig, axis = plt.subplots(figsize=(9, 4.5))
@@ -105,17 +118,23 @@ def write_report(rows: list[dict], output: Path, test_set: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("multirun", type=Path, help="a Hydra multirun directory")
-    parser.add_argument("--test-set", default="test_2016_flickr")
+    parser.add_argument("--test-set", help="default: the first of each run's data.test_sets")
     parser.add_argument("--output", type=Path, help="where to write (default: the multirun dir)")
     args = parser.parse_args()
     runs = sorted(p.parent for p in args.multirun.glob("*/.hydra"))
     if not runs:
         sys.exit(f"error: no run directories (*/.hydra) under {args.multirun}")
     rows = [read_run(run, args.test_set) for run in runs]
+    test_sets = {row["test set"] for row in rows}
+    if len(test_sets) > 1:
+        sys.exit(
+            f"error: the runs were tested on different sets {sorted(test_sets)}; "
+            "pick one with --test-set"
+        )
     rows.sort(key=lambda row: -float(row["test BLEU"]))
     output = args.output or args.multirun
     output.mkdir(parents=True, exist_ok=True)
-    write_report(rows, output, args.test_set)
+    write_report(rows, output)
     print((output / "ablation.md").read_text())
 
 

@@ -160,7 +160,7 @@ def train(config: RootConfig, run_dir: Path) -> dict:
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
-        "best_val_bleu": float(best.best_model_score) if best.best_model_score else None,
+        "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
         "final_checkpoint": str(final),
     }
 

@@ -199,7 +199,8 @@ def fake_run(directory: Path, variant: str, bleu: float, cross: dict) -> None:
         "cross": {"score": "scaled_dot", "heads": None, **cross},
         "allow_future_leak": False,
     }
-    (directory / "config.yaml").write_text(yaml.safe_dump({"model": {"attention": attention}}))
+    config = {"model": {"attention": attention}, "data": {"test_sets": ["test_2016_flickr"]}}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
     test = {"bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|case:mixed|tok:13a"}
     summary = {
         "variant": variant,
@@ -226,6 +227,10 @@ def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Pa
     assert table[3].startswith("| swapped_cross | enc s/s, dec t/t, cross s/t")
     assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "ablation.csv").read_text().splitlines()) == 3
+
+    result = subprocess.run([*script, "--test-set", "test_2017"], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "has no scores for test set 'test_2017'; it has ['test_2016_flickr']" in result.stderr
 
     (tmp_path / "2_broken" / ".hydra").mkdir(parents=True)
     result = subprocess.run(script, capture_output=True, text=True)
@@ -255,8 +260,10 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
     report = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
     result = subprocess.run(report, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    rows = (sweep / "ablation.md").read_text().splitlines()[2:]
-    assert [row.split(" | ")[0] for row in rows] == ["| standard", "| swapped_cross"]
+    table = (sweep / "ablation.md").read_text()
+    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
+    assert sorted(row.split(" | ")[0] for row in rows) == ["| standard", "| swapped_cross"]
+    assert "Test set: test;" in table
 
 
 @pytest.mark.parametrize(
