@@ -89,12 +89,11 @@ def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
 
     resumed = train_cli(tmp_path, *base, *every, "ckpt_path=auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr
+    assert "ckpt_path=auto: resuming from" in resumed.stdout + resumed.stderr
     expected, got = losses(tmp_path / "full"), losses(tmp_path / "killed")
     assert sorted(got) == sorted(expected)  # every step once: none lost, none repeated
-    after = [step for step in expected if step >= 20]
-    assert len(after) == 3 * steps_per_epoch - 20
-    for step in after:
+    assert len(got) == 3 * steps_per_epoch
+    for step in sorted(expected):  # up to the kill from metrics.1.csv, then the resumed run's
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
     final = read_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")
     reference = read_checkpoint(tmp_path / "full/checkpoints/last.ckpt")
