@@ -61,14 +61,19 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class Settings:
     train_batches: int
+    cpu_bf16_batches: int  # bf16 autocast without bf16 units runs ~10x slower: time fewer
     reps: int
     sentences: int  # test sources to decode
     length: int  # forced output tokens per hypothesis
     matmul_size: int
 
 
-FULL = Settings(train_batches=10, reps=3, sentences=1000, length=40, matmul_size=2048)
-QUICK = Settings(train_batches=2, reps=1, sentences=128, length=10, matmul_size=512)
+FULL = Settings(
+    train_batches=10, cpu_bf16_batches=1, reps=3, sentences=1000, length=40, matmul_size=2048
+)
+QUICK = Settings(
+    train_batches=2, cpu_bf16_batches=1, reps=1, sentences=128, length=10, matmul_size=512
+)
 
 
 def load_config(overrides: list[str]) -> RootConfig:
@@ -391,13 +396,18 @@ def main(argv: list[str]) -> int:
     if marian is not None:
         marian.train()
         builders["marian"] = lambda mixed: marian_train_step(marian, config, mixed)
+    timed = {
+        precision: batches[: settings.cpu_bf16_batches] if slow else batches
+        for precision, dtype in precisions.items()
+        for slow in [dtype is not None and device.type == "cpu"]
+    }
     phases = {
-        f"{system} {precision}": training_phase(build(dtype is not None), batches, dtype)
+        f"{system} {precision}": training_phase(build(dtype is not None), timed[precision], dtype)
         for precision, dtype in precisions.items()
         for system, build in builders.items()
     }
     trained = interleaved(phases, settings.reps, device)
-    flops_per_pass = training_flops(module, batches)
+    flops_per_pass = {precision: training_flops(module, b) for precision, b in timed.items()}
 
     # decoding
     module.eval()
@@ -454,8 +464,10 @@ def main(argv: list[str]) -> int:
             "ours": sum(p.numel() for p in module.parameters()),
             "marian": sum(p.numel() for p in marian.parameters()) if marian else None,
         },
-        "batches": len(batches),
-        "target_tokens": sum(b.tgt_tokens for b in batches),
+        "batches": {precision: len(b) for precision, b in timed.items()},
+        "target_tokens": {
+            precision: sum(x.tgt_tokens for x in b) for precision, b in timed.items()
+        },
         "sentences": sum(s.shape[0] for s in sources),
         "length": length,
         "matmul_peak_gflops": peaks,
@@ -499,11 +511,15 @@ def report(
         f"date: {results['date']}; machine: {results['machine']}",
         f"torch {results['torch']}, transformers {results['transformers']}",
         f"parameters: ours {params['ours']:,}, Marian {params['marian'] or 0:,}",
-        f"training: {results['batches']} Multi30k batches, {results['target_tokens']:,} target "
-        f"tokens a pass; decoding: {results['sentences']} test sources, "
-        f"{results['length']} tokens + EOS each",
+        "training, a pass: "
+        + ", ".join(
+            f"{precision} {n} Multi30k batches ({results['target_tokens'][precision]:,} target "
+            "tokens)"
+            for precision, n in results["batches"].items()
+        ),
+        f"decoding: {results['sentences']} test sources, {results['length']} tokens + EOS each",
         "matmul peak: "
-        + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in results["matmul_peak_gflops"].items()),
+        + ", ".join(f"{k} {v:,.1f} GFLOP/s" for k, v in results["matmul_peak_gflops"].items()),
     ]
     if marian_note:
         lines.append(f"Marian rows skipped: {marian_note}")
@@ -515,7 +531,8 @@ def report(
             if not name.endswith(f" {precision}"):
                 continue
             is_ours = name.startswith("ours")
-            achieved = results["training_flops"] / statistics.median(m.seconds) / 1e9
+            flops = results["training_flops"][precision]
+            achieved = flops / statistics.median(m.seconds) / 1e9
             rows.append(
                 [
                     name,

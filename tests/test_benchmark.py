@@ -42,7 +42,7 @@ def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) ->
     for measured in [*results["training"].values(), *results["decoding"].values()]:
         assert len(measured["seconds"]) == 1 and measured["seconds"][0] > 0
         assert measured["memory"][0] > 0
-    assert results["training_flops"] > 0
+    assert all(flops > 0 for flops in results["training_flops"].values())
     # the KV cache must not change what greedy search outputs
     assert results["cache_equals_no_cache"] is True
     assert "| ours fp32 |" in result.stdout
