@@ -99,6 +99,7 @@ class GracefulStop(pl.Callback):
     def __init__(self, checkpoint: Path, resume_command: str) -> None:
         self.checkpoint, self.resume_command = checkpoint, resume_command
         self.received: str | None = None
+        self.stop_message: str | None = None  # set once the checkpoint is written
         self._previous: dict[int, Any] = {}
 
     def _request(self, signum: int, frame: Any) -> None:
@@ -120,15 +121,35 @@ class GracefulStop(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
     ) -> None:
         # every process stops at the same step when any one of them was signalled
-        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
+        if self.stop_message is not None or not trainer.strategy.reduce_boolean_decision(
+            self.received is not None, all=False
+        ):
             return
-        trainer.save_checkpoint(self.checkpoint)
-        self._restore()
-        raise TrainingError(
+        trainer.save_checkpoint(self.checkpoint)  # where Lightning's mid-epoch checkpoints go
+        self.stop_message = (
             f"stopped by {self.received or 'a signal to another process'} at step "
             f"{trainer.global_step} (epoch {trainer.current_epoch}); saved {self.checkpoint}. "
             f"Resume with:\n  {self.resume_command}"
         )
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        """Raise once the saved step's metrics are logged: Lightning logs them after
+        on_train_batch_end, so the stop waits for the next hook."""
+        if self.stop_message is None:
+            return
+        for logger in trainer.loggers:
+            logger.save()
+        self._restore()
+        raise TrainingError(self.stop_message)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._stop(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()

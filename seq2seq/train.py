@@ -76,12 +76,16 @@ def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelC
         monitor="val/bleu",
         mode="max",
         save_top_k=1,
-        save_last=True,
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    # last.ckpt after every epoch (Lightning's save_last refreshes it only when `best` saves)
+    last = ModelCheckpoint(
+        dirpath=checkpoints, filename="last", save_top_k=1, enable_version_counter=False
+    )
     callbacks: list[pl.Callback] = [
         best,
+        last,
         EarlyStopping(monitor="val/bleu", mode="max", patience=config.early_stopping_patience),
         LearningRateMonitor(logging_interval="step"),
         LearningCurve(run_dir),

@@ -121,7 +121,7 @@ def test_train_refuses_a_file_whose_checksum_does_not_match(
     [
         ("model.dmodel=256", ["Key 'dmodel' is not in struct", "model.dmodel"]),
         ("model.heads=3", ["config key 'model.heads'", "not divisible by model.heads=3"]),
-        ("data.filter.max_len=300", ["'data.filter.max_len'", "model.max_len=64"]),
+        ("data.filter.max_len=80", ["'data.filter.max_len'", "model.max_len=64"]),
         ("decoding.long_inputs=drop", ["'decoding.long_inputs'", "use truncate or error"]),
         ("on_nonfinite=ignore", ["'on_nonfinite'", "use skip or stop"]),
         ("ckpt_path=nowhere.ckpt", ["cannot resume: checkpoint nowhere.ckpt does not exist"]),
