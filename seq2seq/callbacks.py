@@ -1,10 +1,13 @@
-"""Training callbacks: the learning-curve plot written into the run directory."""
+"""Training callbacks: the learning-curve plot, and stopping cleanly on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import csv
+import logging
 import math
+import signal
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -12,17 +15,41 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
 
+from seq2seq.errors import TrainingError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
 
+log = logging.getLogger(__name__)
 
-def plot_learning_curve(metrics_csv: Path, output: Path) -> None:
+
+def metrics_files(run_dir: Path) -> list[Path]:
+    """metrics.csv of a run and, oldest first, those set aside when it was resumed in place."""
+    earlier = sorted(run_dir.glob("metrics.*.csv"), key=lambda p: int(p.stem.split(".")[1]))
+    return [*earlier, run_dir / "metrics.csv"]
+
+
+def read_metrics(files: list[Path]) -> list[dict[str, str]]:
+    """Rows of consecutive metrics files; a later file (a resumed run) replaces the rows of
+    earlier ones from its first step on."""
+    rows: list[dict[str, str]] = []
+    for path in files:
+        if not path.is_file():
+            continue
+        with open(path, newline="") as f:
+            new = list(csv.DictReader(f))
+        if new:
+            first = min(int(row["step"]) for row in new)
+            rows = [row for row in rows if int(row["step"]) < first]
+        rows += new
+    return rows
+
+
+def plot_learning_curve(metrics_csvs: list[Path], output: Path) -> None:
     """Train and validation loss by step, validation BLEU on a second axis."""
     series: dict[str, list[tuple[int, float]]] = {"train/loss": [], "val/loss": [], "val/bleu": []}
-    with open(metrics_csv, newline="") as f:
-        for row in csv.DictReader(f):
-            for key, points in series.items():
-                if row.get(key) not in (None, ""):
-                    points.append((int(row["step"]), float(row[key])))
+    for row in read_metrics(metrics_csvs):
+        for key, points in series.items():
+            if row.get(key) not in (None, ""):
+                points.append((int(row["step"]), float(row[key])))
     fig, loss_axis = plt.subplots(figsize=(8, 4.5))
     for key, style in (("train/loss", "-"), ("val/loss", "o-")):
         if series[key]:
@@ -46,9 +73,88 @@ def plot_learning_curve(metrics_csv: Path, output: Path) -> None:
 
 
 class LearningCurve(pl.Callback):
-    def __init__(self, metrics_csv: Path, output: Path) -> None:
-        self.metrics_csv, self.output = metrics_csv, output
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.is_global_zero and self.metrics_csv.exists():
-            plot_learning_curve(self.metrics_csv, self.output)
+        if trainer.is_global_zero and (self.run_dir / "metrics.csv").exists():
+            plot_learning_curve(metrics_files(self.run_dir), self.run_dir / "learning_curve.png")
+
+
+class FlushMetricsWithCheckpoints(pl.Callback):
+    """Write the loggers' buffered rows whenever a checkpoint is saved, so that after a crash
+    the metrics reach at least as far as the checkpoint a resume starts from."""
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        for logger in trainer.loggers:
+            logger.save()
+
+
+class GracefulStop(pl.Callback):
+    """Ctrl-C or SIGTERM: finish the current step, write `checkpoint`, stop with a message that
+    says how to resume. A second Ctrl-C interrupts at once."""
+
+    def __init__(self, checkpoint: Path, resume_command: str) -> None:
+        self.checkpoint, self.resume_command = checkpoint, resume_command
+        self.received: str | None = None
+        self.stop_message: str | None = None  # set once the checkpoint is written
+        self._previous: dict[int, Any] = {}
+
+    def _request(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        log.warning("%s received: stopping after this training step", self.received)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._request)
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
+    ) -> None:
+        # every process stops at the same step when any one of them was signalled
+        if self.stop_message is not None or not trainer.strategy.reduce_boolean_decision(
+            self.received is not None, all=False
+        ):
+            return
+        trainer.save_checkpoint(self.checkpoint)  # where Lightning's mid-epoch checkpoints go
+        self.stop_message = (
+            f"stopped by {self.received or 'a signal to another process'} at step "
+            f"{trainer.global_step} (epoch {trainer.current_epoch}); saved {self.checkpoint}. "
+            f"Resume with:\n  {self.resume_command}"
+        )
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        """Raise once the saved step's metrics are logged: Lightning logs them after
+        on_train_batch_end, so the stop waits for the next hook."""
+        if self.stop_message is None:
+            return
+        for logger in trainer.loggers:
+            logger.save()
+        self._restore()
+        raise TrainingError(self.stop_message)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._stop(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._restore()

@@ -1,7 +1,8 @@
-"""Reading checkpoints for inference, and averaging the last few (Vaswani et al. 2017)."""
+"""Checkpoints: written atomically, read for inference, averaged (Vaswani et al. 2017)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -10,12 +11,30 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from pytorch_lightning.plugins import TorchCheckpointIO
 
 from seq2seq.config import RootConfig, validate_config
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import CheckpointError
 from seq2seq.io import atomic_path
 from seq2seq.model.transformer import Transformer
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Every checkpoint goes to a temp file beside its final name, is synced to disk, then
+    renamed: a kill at any moment leaves the previous file or the new one, never a truncated
+    one. (Lightning's default stages the file in the system temp directory and moves it, which
+    is a copy when that directory is on another filesystem.)"""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError("storage_options are not supported for local checkpoints")
+        with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

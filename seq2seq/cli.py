@@ -6,6 +6,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -16,6 +17,10 @@ from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq")
 
+# absolute, so that the entry points find it however they are started (python -m, a script
+# importing their main, Lightning's DDP launcher)
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
 
 def entrypoint(
     config_name: str, schema: type = RootConfig
@@ -23,7 +28,7 @@ def entrypoint(
     """Turn `task(config)` into a Hydra command whose user errors print one message, exit 1."""
 
     def wrap(task: Callable[[Any], None]) -> Callable[[], None]:
-        @hydra.main(version_base="1.3", config_path="../conf", config_name=config_name)
+        @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)
         @functools.wraps(task)
         def main(cfg: DictConfig) -> None:
             try:

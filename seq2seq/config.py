@@ -263,9 +263,15 @@ class DecodingConfig:
     max_len_a: float = 1.5  # output tokens before EOS <= max_len_a * source tokens + max_len_b
     max_len_b: int = 10
     batch_size: int = 64  # sentences per decoding batch
+    long_inputs: str = "truncate"  # longer than the model's positions: truncate (warn) | error
 
     def check(self) -> None:
         _require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
+        _require(
+            self.long_inputs in ("truncate", "error"),
+            "decoding.long_inputs",
+            f"'{self.long_inputs}': use truncate or error",
+        )
         _require(self.batch_size >= 1, "decoding.batch_size", "must be >= 1")
         _require(
             self.max_len_a >= 0 and self.max_len_b >= 1,
@@ -291,12 +297,31 @@ class RootConfig:
     early_stopping_patience: int = 10  # epochs without a better validation BLEU
     evaluate_after: bool = True  # score the test sets with the final model after training
     compile: bool = False  # torch.compile the encoder and decoder layers for training
+    checkpoint_every_n_steps: int = 0  # also refresh last.ckpt every n optimizer steps (0: off)
+    on_nonfinite: str = "skip"  # a step whose loss or gradients are NaN/inf: skip | stop
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
             group.check()
         _require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
         _require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
+        _require(
+            self.checkpoint_every_n_steps >= 0,
+            "checkpoint_every_n_steps",
+            f"must be >= 0, got {self.checkpoint_every_n_steps}",
+        )
+        _require(
+            self.on_nonfinite in ("skip", "stop"),
+            "on_nonfinite",
+            f"'{self.on_nonfinite}': use skip or stop",
+        )
+        _require(
+            self.data.filter.max_len < self.model.max_len,
+            "data.filter.max_len",
+            f"training pairs of up to {self.data.filter.max_len} tokens plus BOS/EOS do not fit "
+            f"the model's model.max_len={self.model.max_len} positions; lower the filter or "
+            "raise model.max_len",
+        )
 
 
 @dataclass
@@ -304,6 +329,8 @@ class TranslateConfig:
     """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
 
     ckpt_path: str = MISSING
+    input: str | None = None  # a text file; default: standard input
+    output: str | None = None  # written when complete (temp file, then rename); default: stdout
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
 
     def check(self) -> None:

@@ -15,3 +15,7 @@ class DataError(Seq2SeqError):
 
 class CheckpointError(Seq2SeqError):
     """A checkpoint is missing, unreadable, or does not fit the data configuration."""
+
+
+class TrainingError(Seq2SeqError):
+    """Training cannot go on (non-finite values), or was stopped by a signal."""

@@ -67,7 +67,7 @@ def evaluate_checkpoint(config: RootConfig, ckpt_path: Path) -> dict:
     for name in config.data.test_sets:
         sources, references = read_parallel(prepared.files[name])
         start = time.perf_counter()
-        hypotheses = translator.translate(sources)
+        hypotheses = translator.translate(sources, str(prepared.files[name].src))
         seconds = time.perf_counter() - start
         hyp_path = ckpt_path.with_name(f"{ckpt_path.stem}.{name}.{tag}.hyp")
         with atomic_path(hyp_path) as tmp:

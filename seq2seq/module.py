@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
@@ -14,10 +16,13 @@ from torch import Tensor
 from seq2seq.config import OptimConfig, RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.errors import TrainingError
 from seq2seq.loss import label_smoothed_cross_entropy
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import greedy_search, max_output_len
+
+log = logging.getLogger(__name__)
 
 
 def inverse_sqrt(warmup: int):
@@ -59,6 +64,7 @@ class TranslationModule(pl.LightningModule):
         )
         self._hypotheses: dict[int, str] = {}
         self._last_step_end: float | None = None
+        self.skipped_steps = 0  # updates skipped for NaN/inf (on_nonfinite=skip)
 
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy per target token; padding ignored."""
@@ -73,6 +79,12 @@ class TranslationModule(pl.LightningModule):
         )
         tokens = batch.tgt_tokens
         return loss / tokens, tokens
+
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        # dropout masks drawn from (seed, epoch, batch, rank), as fairseq seeds per update: a
+        # resumed run draws the masks the uninterrupted run would have drawn
+        entropy = [self.config.seed, self.current_epoch, batch_idx, self.global_rank]
+        torch.manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss, tokens = self.loss(batch)
@@ -105,6 +117,26 @@ class TranslationModule(pl.LightningModule):
         score = bleu([hypotheses[i] for i in order], [references[i] for i in order])
         self.log("val/bleu", score, prog_bar=True)
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """A NaN or inf in the loss or any gradient: skip the update (no parameter or Adam
+        moment changes) or stop, as `on_nonfinite` says. Gradients are already all-reduced
+        here, so every process decides alike."""
+        if str(self.trainer.precision).startswith("16"):
+            return  # float16's gradient scaler skips such steps itself and lowers its scale
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads or torch.isfinite(torch.stack([g.sum() for g in grads]).sum()):
+            return
+        step = self.global_step + 1
+        if self.config.on_nonfinite == "stop":
+            raise TrainingError(
+                f"step {step}: the loss or gradients are NaN or inf; lower optim.lr, raise "
+                "optim.warmup_steps or use trainer.precision=32-true, or set on_nonfinite=skip "
+                "to skip such steps"
+            )
+        self.skipped_steps += 1
+        log.warning("step %d: NaN/inf loss or gradients, update skipped", step)
+        optimizer.zero_grad(set_to_none=True)  # AdamW leaves parameters without gradients alone
+
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.config.optim
         mixed = str(self.trainer.precision).endswith("mixed")
@@ -113,6 +145,13 @@ class TranslationModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        for name, parameter in self.named_parameters():
+            if not torch.isfinite(parameter).all():
+                raise TrainingError(
+                    f"step {self.global_step}: parameter {name} holds NaN or inf; no checkpoint "
+                    "written. Resume from the last good one with ckpt_path=...last.ckpt and a "
+                    "lower optim.lr"
+                )
         # everything needed to translate with this checkpoint alone
         checkpoint["seq2seq"] = {
             "config": asdict(self.config),

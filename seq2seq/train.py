@@ -9,18 +9,20 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import shlex
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
+from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
-from seq2seq.callbacks import LearningCurve
-from seq2seq.checkpoint import average_checkpoints, load_trained
+from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
+from seq2seq.checkpoint import AtomicCheckpointIO, average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
 from seq2seq.data.datamodule import TranslationDataModule
@@ -33,7 +35,13 @@ from seq2seq.translator import Translator, default_device
 
 log = logging.getLogger("seq2seq.train")
 
-MANAGED_TRAINER_KEYS = {"callbacks", "logger", "default_root_dir", "enable_checkpointing"}
+MANAGED_TRAINER_KEYS = {
+    "callbacks",
+    "logger",
+    "default_root_dir",
+    "enable_checkpointing",
+    "plugins",
+}
 
 
 def trainer_arguments(config: RootConfig) -> dict:
@@ -50,6 +58,16 @@ def trainer_arguments(config: RootConfig) -> dict:
     return dict(config.trainer)
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command line that resumes this run in its own directory."""
+    overrides = []
+    if HydraConfig.initialized():
+        skip = ("ckpt_path=", "hydra.run.dir=")
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith(skip)]
+    words = ["python", "-m", "seq2seq.train", *overrides, f"hydra.run.dir={run_dir}"]
+    return " ".join(shlex.quote(w) for w in [*words, "ckpt_path=auto"])
+
+
 def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelCheckpoint]:
     checkpoints = run_dir / "checkpoints"
     best = ModelCheckpoint(
@@ -58,16 +76,32 @@ def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelC
         monitor="val/bleu",
         mode="max",
         save_top_k=1,
-        save_last=True,
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    # last.ckpt after every epoch (Lightning's save_last refreshes it only when `best` saves)
+    last = ModelCheckpoint(
+        dirpath=checkpoints, filename="last", save_top_k=1, enable_version_counter=False
+    )
     callbacks: list[pl.Callback] = [
         best,
+        last,
         EarlyStopping(monitor="val/bleu", mode="max", patience=config.early_stopping_patience),
         LearningRateMonitor(logging_interval="step"),
-        LearningCurve(run_dir / "metrics.csv", run_dir / "learning_curve.png"),
+        LearningCurve(run_dir),
+        FlushMetricsWithCheckpoints(),
+        GracefulStop(checkpoints / "last.ckpt", resume_command(run_dir)),
     ]
+    if config.checkpoint_every_n_steps:
+        callbacks.append(  # last.ckpt only: a mid-epoch point to resume from
+            ModelCheckpoint(
+                dirpath=checkpoints,
+                save_top_k=0,
+                save_last=True,
+                every_n_train_steps=config.checkpoint_every_n_steps,
+                enable_version_counter=False,
+            )
+        )
     if config.average_last > 0:
         callbacks.append(
             ModelCheckpoint(
@@ -84,9 +118,35 @@ def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelC
         TensorBoardLogger(run_dir, name="tensorboard", version=""),
     ]
     trainer = pl.Trainer(
-        **trainer_arguments(config), callbacks=callbacks, logger=loggers, default_root_dir=run_dir
+        **trainer_arguments(config),
+        callbacks=callbacks,
+        logger=loggers,
+        default_root_dir=run_dir,
+        plugins=[AtomicCheckpointIO()],
     )
     return trainer, best
+
+
+def resolve_resume(config: RootConfig, run_dir: Path) -> str | None:
+    """The checkpoint to resume from; `auto` means the run directory's last.ckpt, if any."""
+    if config.ckpt_path == "auto":
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            log.info("ckpt_path=auto: no %s yet, starting afresh", last)
+            return None
+        log.info("ckpt_path=auto: resuming from %s", last)
+        if rank_zero_only.rank == 0 and (run_dir / "metrics.csv").is_file():
+            # the CSV logger starts metrics.csv anew: keep the earlier rows beside it
+            number = len(list(run_dir.glob("metrics.*.csv"))) + 1
+            (run_dir / "metrics.csv").rename(run_dir / f"metrics.{number}.csv")
+        return str(last)
+    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
+        raise CheckpointError(
+            f"cannot resume: checkpoint {config.ckpt_path} does not exist; set ckpt_path to a "
+            "run's checkpoints/last.ckpt, ckpt_path=auto to resume the run directory's own, or "
+            "ckpt_path=null to start afresh"
+        )
+    return config.ckpt_path
 
 
 def average_last(checkpoints: Path, k: int) -> Path | None:
@@ -108,13 +168,11 @@ def validation_bleu(config: RootConfig, data: TranslationDataModule, ckpt: Path)
     return bleu(translator.translate(sources), references)
 
 
-def train(config: RootConfig, run_dir: Path) -> dict:
-    """Fit and average; return a summary naming the checkpoint to use (averaged/best/last)."""
-    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
-        raise CheckpointError(
-            f"cannot resume: checkpoint {config.ckpt_path} does not exist; set ckpt_path to a "
-            "run's checkpoints/last.ckpt, or ckpt_path=null to start afresh"
-        )
+def train(config: RootConfig, run_dir: Path) -> dict | None:
+    """Fit and average; return a summary naming the checkpoint to use (averaged/best/last).
+
+    Under data parallelism only the first process averages and returns a summary."""
+    ckpt_path = resolve_resume(config, run_dir)
     pl.seed_everything(config.seed, workers=True)
     data = TranslationDataModule(config)
     data.prepare_data()
@@ -135,8 +193,10 @@ def train(config: RootConfig, run_dir: Path) -> dict:
     data.tokenizer.save(run_dir / "tokenizer")
     trainer, best = build_trainer(config, run_dir)
     start = time.perf_counter()
-    trainer.fit(module, datamodule=data, ckpt_path=config.ckpt_path)
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     seconds = time.perf_counter() - start
+    if not trainer.is_global_zero:
+        return None
     checkpoints = run_dir / "checkpoints"
     final = Path(best.best_model_path or checkpoints / "last.ckpt")
     averaged = average_last(checkpoints, config.average_last) if config.average_last else None
@@ -161,6 +221,7 @@ def train(config: RootConfig, run_dir: Path) -> dict:
         "steps": trainer.global_step,
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
         "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
+        "skipped_steps": module.skipped_steps,
         "final_checkpoint": str(final),
     }
 
@@ -169,6 +230,8 @@ def train(config: RootConfig, run_dir: Path) -> dict:
 def main(config: RootConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     summary = train(config, run_dir)
+    if summary is None:  # not the first process of a data-parallel run
+        return
     final = Path(summary["final_checkpoint"])
     if config.evaluate_after and config.data.test_sets:
         summary["test"] = evaluate_checkpoint(config, final)["test_sets"]

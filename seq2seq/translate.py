@@ -1,39 +1,77 @@
-"""`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`.
+"""`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`, or with
+`input=... output=...` files.
 
 One output line per input line, in order; an empty line gives an empty line. Reads in chunks,
-so output starts before the input ends. Logs go to stderr.
+so output to stdout starts before the input ends; an output file appears only when complete.
+Logs go to stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
 from seq2seq.errors import DataError
+from seq2seq.io import atomic_path
 from seq2seq.translator import Translator, default_device
 
 CHUNK_LINES = 1000
 
 
+@contextlib.contextmanager
+def open_input(path: str | None) -> Iterator[tuple[BinaryIO, str]]:
+    if path is None:
+        yield sys.stdin.buffer, "standard input"
+        return
+    if Path(path).is_dir():
+        raise DataError(f"input={path} is a directory; give a text file, one sentence per line")
+    if not Path(path).is_file():
+        raise DataError(f"input={path} does not exist; check the path")
+    with open(path, "rb") as f:
+        yield f, path
+
+
+@contextlib.contextmanager
+def open_output(path: str | None) -> Iterator[TextIO]:
+    if path is None:
+        yield sys.stdout
+        return
+    folder = Path(path).parent
+    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise DataError(
+            f"output={path}: not a file in a writable directory; give a file name in an "
+            "existing directory you can write to"
+        )
+    with atomic_path(Path(path)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        yield f
+
+
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
     translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
-    stdin, number = sys.stdin.buffer, 0
-    while chunk := list(itertools.islice(stdin, CHUNK_LINES)):
-        lines = []
-        for raw in chunk:
-            number += 1
-            try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"standard input, line {number}: not valid UTF-8 (byte "
-                    f"{raw[e.start]:#04x}); convert the input to UTF-8 (e.g. with iconv)"
-                ) from None
-        sys.stdout.write("".join(t + "\n" for t in translator.translate(lines)))
-        sys.stdout.flush()
+    with open_input(config.input) as (source, where), open_output(config.output) as target:
+        number = 0
+        while chunk := list(itertools.islice(source, CHUNK_LINES)):
+            lines = []
+            for raw in chunk:
+                number += 1
+                try:
+                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
+                        "convert the input to UTF-8 (e.g. with iconv)"
+                    ) from None
+            outputs = translator.translate(lines, where, number - len(lines) + 1)
+            target.write("".join(t + "\n" for t in outputs))
+            target.flush()
 
 
 if __name__ == "__main__":

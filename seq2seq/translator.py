@@ -13,6 +13,7 @@ from seq2seq.config import DecodingConfig
 from seq2seq.data.batching import collate
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import DataError
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import beam_search, greedy_search, max_output_len
 
@@ -45,14 +46,27 @@ class Translator:
         trained = load_trained(Path(path))
         return cls(trained.model, trained.tokenizer, decoding, device)
 
-    def translate(self, lines: list[str]) -> list[str]:
-        """One output per input line, in order; an empty line gives an empty line."""
+    def translate(self, lines: list[str], where: str = "input", first_line: int = 1) -> list[str]:
+        """One output per input line, in order; an empty line gives an empty line.
+
+        A line longer than the model's positions is truncated with a warning, or raises
+        (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
+        """
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
         limit = self.model.cfg.max_len - 1  # room for EOS
-        for number, seq in enumerate(ids, start=1):
-            if len(seq) > limit:
-                log.warning("line %d: %d source tokens, truncated to %d", number, len(seq), limit)
-                del seq[limit:]
+        for number, seq in enumerate(ids, start=first_line):
+            if len(seq) <= limit:
+                continue
+            if self.decoding.long_inputs == "error":
+                raise DataError(
+                    f"{where}, line {number}: {len(seq)} source tokens, more than the model's "
+                    f"{limit} (model.max_len - 1); split the line, or set "
+                    "decoding.long_inputs=truncate"
+                )
+            log.warning(
+                "%s, line %d: %d source tokens, truncated to %d", where, number, len(seq), limit
+            )
+            del seq[limit:]
         outputs = [""] * len(lines)
         todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         size = self.decoding.batch_size

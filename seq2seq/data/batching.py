@@ -4,6 +4,9 @@ A batch's cost is its padded size, sentences x longest side (source with EOS, ta
 BOS/EOS), and stays within `max_tokens`; a single pair longer than that (possible only in
 evaluation sets, which are never filtered) forms a batch of its own. Sorting by (source length,
 target length) before cutting keeps padding low; the order of batches is then shuffled.
+Under data parallelism every process draws the same batches and takes every n-th of them;
+the loader remembers how many batches of the epoch it served, so a run checkpointed in the
+middle of an epoch resumes with the next batch.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import ConfigError
 
 
 class Batch(NamedTuple):
@@ -88,11 +92,29 @@ def _cut(order: np.ndarray, size: np.ndarray, max_tokens: int) -> list[list[int]
     return batches
 
 
+def _split_until_divisible(batches: list[list[int]], parts: int) -> list[list[int]]:
+    """Halve the biggest batches until their number divides by `parts`: every process then
+    runs the same number of steps, and no pair is dropped or repeated."""
+    batches = list(batches)
+    while len(batches) % parts:
+        biggest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        batch = batches[biggest]
+        if len(batch) < 2:
+            raise ConfigError(
+                f"trainer.devices: {len(batches)} batches of one pair each cannot be shared "
+                f"evenly by {parts} processes; use fewer processes or more training pairs"
+            )
+        half = len(batch) // 2
+        batches[biggest : biggest + 1] = [batch[:half], batch[half:]]
+    return batches
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Length-bucketed batches within a token budget.
 
     With `shuffle`, ties in length are broken and the batch order is drawn from the
-    sampler's (seed, epoch); without, batches come in length order (evaluation).
+    sampler's (seed, epoch); without, batches come in length order (evaluation). With
+    `num_replicas` > 1 this process (`rank`) gets every num_replicas-th batch of the epoch.
     """
 
     def __init__(
@@ -102,35 +124,61 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         max_tokens: int,
         shuffle: bool,
         seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
         # +1: EOS on the source; BOS (input) or EOS (output) on the target
         self.src_size, self.tgt_size = src_lens + 1, tgt_lens + 1
         self.size = np.maximum(self.src_size, self.tgt_size)
         self.max_tokens, self.shuffle = max_tokens, shuffle
+        self.num_replicas, self.rank = num_replicas, rank
         self.sampler = EpochSeededSampler(len(self.size), seed)
         self._cache: tuple[int, list[list[int]]] | None = None
+        self._resume: tuple[int, int] | None = None  # (epoch, batches already served)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
 
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
     def batches(self) -> list[list[int]]:
+        """This process's batches of the current epoch."""
         epoch = self.sampler.epoch if self.shuffle else -1
         if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, self._make_batches())
+            self._cache = (epoch, self._make_batches()[self.rank :: self.num_replicas])
         return self._cache[1]
 
     def _make_batches(self) -> list[list[int]]:
         if not self.shuffle:
             order = np.lexsort((self.tgt_size, self.src_size))
-            return _cut(order, self.size, self.max_tokens)
+            return _split_until_divisible(
+                _cut(order, self.size, self.max_tokens), self.num_replicas
+            )
         rng = self.sampler.generator()
         perm = rng.permutation(len(self.size))
         order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]
         batches = _cut(order, self.size, self.max_tokens)
+        batches = _split_until_divisible(batches, self.num_replicas)
         return [batches[i] for i in rng.permutation(len(batches))]
 
+    def resume(self, epoch: int, served: int) -> None:
+        """Make the next pass over `epoch` start after its first `served` batches."""
+        self._resume = (epoch, served)
+
+    def resume_offset(self) -> int:
+        """How many batches of the current epoch the next pass skips."""
+        if self._resume is not None and self._resume[0] == self.epoch:
+            return self._resume[1]
+        return 0
+
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
+        # a generator: the epoch's batches are drawn at the first next(), after Lightning's
+        # set_epoch, even when the iterator was created before it (as on a resume)
+        start = self.resume_offset()
+        self._resume = None
+        yield from self.batches()[start:]
 
     def __len__(self) -> int:
         return len(self.batches())
@@ -142,3 +190,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             real += int(self.src_size[batch].sum() + self.tgt_size[batch].sum())
             padded += len(batch) * int(self.src_size[batch].max() + self.tgt_size[batch].max())
         return 1.0 - real / padded if padded else 0.0
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader over a TokenBudgetBatchSampler whose position Lightning saves in every
+    checkpoint (`state_dict`) and restores on resume (`load_state_dict`)."""
+
+    batch_sampler: TokenBudgetBatchSampler
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.served = 0  # batches of the current epoch handed out so far
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.served = self.batch_sampler.resume_offset()
+        for batch in super().__iter__():
+            self.served += 1  # counted before the step runs: a checkpoint after it includes it
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.batch_sampler.epoch, "served": self.served}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume(state["epoch"], state["served"])

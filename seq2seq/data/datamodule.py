@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import RootConfig
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate
+from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
 from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,
@@ -21,7 +22,7 @@ from seq2seq.data.corpus import (
 )
 from seq2seq.data.dataset import EncodedSplit, load_or_encode
 from seq2seq.data.tokenizer import Tokenizer, load_or_train
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,26 @@ def _read_normalized(split: SplitPaths) -> tuple[list[str], list[str]]:
     return [normalize(s) for s in src], [normalize(t) for t in tgt]
 
 
+def writable_dir(path: Path, key: str) -> Path:
+    """`path`, created if missing; a clear error naming `key` if it cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"{key}={path}: cannot create it ({e.strerror}); use another directory"
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{key}={path}: not writable; use a directory you can write to")
+    return path
+
+
 def prepare(config: RootConfig) -> PreparedData:
     """Make the data ready: fetch files, train or load the tokenizer, encode or load splits.
 
     Idempotent: a second call with the same files and settings only reads caches.
     """
     data = config.data
+    cache_dir = writable_dir(Path(config.paths.cache_dir), "paths.cache_dir")
     names = list(dict.fromkeys([data.train_split, data.val_split, *data.test_sets]))
     files = {s.name: s for s in ensure_available(data, names)}
     digest = {p: sha256_file(p) for s in files.values() for p in (s.src, s.tgt)}
@@ -57,7 +72,6 @@ def prepare(config: RootConfig) -> PreparedData:
             "normalization": NORMALIZATION_VERSION,
         }
 
-    cache_dir = Path(config.paths.cache_dir)
     built = []
     read = functools.cache(_read_normalized)  # a cold start reads the training text once
     train = files[data.train_split]
@@ -112,6 +126,33 @@ class TranslationDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.prepared is None:  # the other processes: everything comes from the caches
             self.prepared = prepare(self.config)
+        self._fit_model_length()
+
+    def _fit_model_length(self) -> None:
+        """Evaluation splits are not filtered: a pair longer than the model's positions is
+        truncated with a warning, or stops the run (decoding.long_inputs=error)."""
+        assert self.prepared is not None
+        limit = self.config.model.max_len - 1  # room for EOS (source) and BOS/EOS (target)
+        for name, split in self.prepared.splits.items():
+            too_long = split.longer_than(limit)
+            if split.max_len is not None or not len(too_long):
+                continue
+            files, first = self.prepared.files[name], int(too_long[0])
+            where = f"{files.src} and {files.tgt}, line {int(split.line[first]) + 1}"
+            tokens = max(int(split.src_lens[first]), int(split.tgt_lens[first]))
+            if self.config.decoding.long_inputs == "error":
+                raise DataError(
+                    f"{where}: {tokens} tokens, more than the model's {limit} (model.max_len - 1);"
+                    " shorten or remove that pair, or set decoding.long_inputs=truncate"
+                )
+            log.warning(
+                "%s: %d pairs longer than the model's %d tokens are truncated (first: %s)",
+                name,
+                len(too_long),
+                limit,
+                where,
+            )
+            split.truncate(limit)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -132,19 +173,24 @@ class TranslationDataModule(pl.LightningDataModule):
         return self.raw_pairs(split)[1]
 
     def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
+        """Training batches are shared among the trainer's processes; evaluation batches not."""
         assert self.prepared is not None, "call setup() first"
         dataset = self.prepared.splits[split]
+        trainer = self.trainer if shuffle else None
         return TokenBudgetBatchSampler(
             dataset.src_lens,
             dataset.tgt_lens,
             self.config.data.max_tokens,
             shuffle=shuffle,
             seed=self.config.seed,
+            num_replicas=trainer.world_size if trainer else 1,
+            rank=trainer.global_rank if trainer else 0,
         )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         assert self.prepared is not None, "call setup() first"
-        return DataLoader(
+        loader = ResumableLoader if shuffle else DataLoader
+        return loader(
             self.prepared.splits[split],
             batch_sampler=self.batch_sampler(split, shuffle),
             collate_fn=collate,
@@ -153,12 +199,6 @@ class TranslationDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        if self.trainer is not None and self.trainer.world_size > 1:
-            raise ConfigError(
-                f"trainer.devices: {self.trainer.world_size} processes would each read every "
-                "batch, because the token-budget sampler does not shard batches across "
-                "processes yet; train on one device (trainer.devices=1)"
-            )
         return self._loader(self.config.data.train_split, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:

@@ -60,13 +60,25 @@ class EncodedSplit(torch.utils.data.Dataset):
         self.src_lens = np.diff(src_offsets)
         self.tgt_lens = np.diff(tgt_offsets)
 
+        self.max_len: int | None = None
+
     def __len__(self) -> int:
         return len(self.line)
 
     def __getitem__(self, i: int) -> tuple[int, np.ndarray, np.ndarray]:
-        src = self.src[self.src_offsets[i] : self.src_offsets[i + 1]]
-        tgt = self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
+        src = self.src[self.src_offsets[i] : self.src_offsets[i + 1]][: self.max_len]
+        tgt = self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]][: self.max_len]
         return i, src, tgt
+
+    def longer_than(self, max_len: int) -> np.ndarray:
+        """Indices of the pairs with a side longer than `max_len` tokens."""
+        return np.flatnonzero((self.src_lens > max_len) | (self.tgt_lens > max_len))
+
+    def truncate(self, max_len: int) -> None:
+        """Serve at most `max_len` tokens per side (evaluation splits are never filtered)."""
+        self.max_len = max_len
+        self.src_lens = np.minimum(self.src_lens, max_len)
+        self.tgt_lens = np.minimum(self.tgt_lens, max_len)
 
     @classmethod
     def encode(

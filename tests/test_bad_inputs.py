@@ -1,0 +1,241 @@
+"""Every entry point, fed bad inputs: a specific message, exit status 1, nothing half-written."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import compose_config, toy_corpus, toy_overrides, write_lines
+
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.errors import DataError
+from seq2seq.train import train
+
+MULTI30K_FILES = [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("en", "de")]
+
+
+def run(module: str, cwd: Path, *args: str, stdin: str | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_fails(result: subprocess.CompletedProcess, *expected: str) -> None:
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    for text in expected:
+        assert text in result.stderr, (text, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+
+
+def assert_nothing_half_written(*folders: Path) -> None:
+    for folder in folders:
+        if folder.exists():
+            partial = [p for p in folder.rglob("*") if p.name.endswith(".part")]
+            assert not partial, partial
+            assert not list(folder.rglob("*.ckpt")) and not list(folder.rglob("run_summary.json"))
+
+
+def small_model(toy_files: Path, cache: Path) -> list[str]:
+    return [
+        *toy_overrides(toy_files, cache),
+        "model=transformer_tiny",
+        "model.max_len=64",
+        "data.filter.max_len=60",
+        "data.max_tokens=256",
+        "decoding=greedy",
+    ]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model trained for two steps on the toy corpus; 63 source tokens at most."""
+    work = tmp_path_factory.mktemp("model")
+    src, tgt = toy_corpus()
+    for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
+        write_lines(work / f"{split}.src", src[lo:hi])
+        write_lines(work / f"{split}.tgt", tgt[lo:hi])
+    overrides = [
+        *small_model(work, work / "cache"),
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    return Path(train(compose_config(overrides), work / "run")["final_checkpoint"])
+
+
+def break_file(folder: Path, name: str, content: bytes) -> None:
+    (folder / name).write_bytes(content)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d: shutil.rmtree(d), ["data file(s) not found", "Check data.dir"]),
+        (
+            lambda d: write_lines(d / "train.tgt", toy_corpus()[1][:239]),
+            ["split 'train' is not aligned", "has 240 lines but", "has 239"],
+        ),
+        (
+            lambda d: break_file(d, "val.src", b"a dog\nthe cat\nun caf\xe9\n" * 10),
+            ["val.src, line 3: not valid UTF-8 (byte 0xe9", "iconv"],
+        ),
+        (lambda d: break_file(d, "test.tgt", b"\n\n"), ["test.tgt is empty"]),
+    ],
+    ids=["missing data dir", "unequal line counts", "non-UTF-8 bytes", "empty file"],
+)
+def test_train_refuses_bad_data_files(change, expected, toy_files: Path, tmp_path: Path) -> None:
+    change(toy_files)
+    cache = tmp_path / "cache"
+    result = run("train", tmp_path, *small_model(toy_files, cache), "hydra.run.dir=run")
+    assert_fails(result, *expected)
+    assert_nothing_half_written(tmp_path / "run", cache)
+
+
+def test_train_refuses_a_file_whose_checksum_does_not_match(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data" / "multi30k"
+    data.mkdir(parents=True)
+    for name in MULTI30K_FILES:
+        shutil.copy(shared_data / "multi30k" / name, data / name)
+    (data / "train.de.gz").write_bytes(gzip.compress(b"ein hund\n" * 29000))
+    args = [f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={tmp_path / 'cache'}"]
+    result = run("train", tmp_path, *args, "data.test_sets=[]", "hydra.run.dir=run")
+    assert_fails(result, f"checksum mismatch for {data / 'train.de.gz'}", "verify_checksums")
+    assert_nothing_half_written(tmp_path / "run", tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("model.dmodel=256", ["Key 'dmodel' is not in struct", "model.dmodel"]),
+        ("model.heads=3", ["config key 'model.heads'", "not divisible by model.heads=3"]),
+        ("data.filter.max_len=80", ["'data.filter.max_len'", "model.max_len=64"]),
+        ("decoding.long_inputs=drop", ["'decoding.long_inputs'", "use truncate or error"]),
+        ("on_nonfinite=ignore", ["'on_nonfinite'", "use skip or stop"]),
+        ("ckpt_path=nowhere.ckpt", ["cannot resume: checkpoint nowhere.ckpt does not exist"]),
+    ],
+    ids=[
+        "unknown key",
+        "heads not dividing d_model",
+        "filter longer than positions",
+        "unknown long_inputs",
+        "unknown on_nonfinite",
+        "missing resume checkpoint",
+    ],
+)
+def test_train_refuses_config_values_that_cannot_work(
+    override: str, expected: list[str], toy_files: Path, tmp_path: Path
+) -> None:
+    args = [*small_model(toy_files, tmp_path / "cache"), override, "hydra.run.dir=run"]
+    assert_fails(run("train", tmp_path, *args), *expected)
+    assert_nothing_half_written(tmp_path / "run")
+
+
+def test_unwritable_output_directories(toy_files: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    args = small_model(toy_files, blocker / "cache")
+    result = run("train", tmp_path, *args, "hydra.run.dir=run")
+    assert_fails(result, f"paths.cache_dir={blocker / 'cache'}: cannot create it")
+    assert_nothing_half_written(tmp_path / "run")
+    # the run directory itself is Hydra's: it refuses, naming the path
+    result = run(
+        "train", tmp_path, *small_model(toy_files, tmp_path), f"hydra.run.dir={blocker}/run"
+    )
+    assert result.returncode == 1 and f"{blocker}/run" in result.stderr
+
+
+def test_evaluate_refuses_another_vocabulary_and_a_corrupted_checkpoint(
+    checkpoint: Path, toy_files: Path, tmp_path: Path
+) -> None:
+    args = small_model(toy_files, tmp_path / "cache")
+    result = run("evaluate", tmp_path, *args, "tokenizer.vocab_size=50", f"ckpt_path={checkpoint}")
+    assert_fails(result, "the checkpoint's tokenizer does not match the data config")
+    assert "checkpoint:" in result.stderr and "data config:" in result.stderr
+
+    corrupted = tmp_path / "corrupted.ckpt"
+    corrupted.write_bytes(checkpoint.read_bytes()[:5000])
+    result = run("evaluate", tmp_path, *args, f"ckpt_path={corrupted}")
+    assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
+    result = run("translate", tmp_path, f"ckpt_path={corrupted}", stdin="a dog\n")
+    assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
+    result = run("translate", tmp_path, f"ckpt_path={tmp_path}", stdin="a dog\n")
+    assert_fails(result, f"checkpoint {tmp_path} is a directory")
+
+
+def test_translate_refuses_a_directory_as_input_or_output(checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("a dog\n")
+    for args, expected in (
+        ([f"input={tmp_path}"], f"input={tmp_path} is a directory"),
+        ([f"input={tmp_path / 'none.txt'}"], "none.txt does not exist"),
+        ([f"input={tmp_path / 'in.txt'}", f"output={tmp_path}"], "not a file in a writable"),
+    ):
+        assert_fails(run("translate", tmp_path, f"ckpt_path={checkpoint}", *args), expected)
+
+
+def test_translate_files_are_written_whole(checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("a dog\n\nthe cat runs\n")
+    out = tmp_path / "out.txt"
+    args = [f"ckpt_path={checkpoint}", f"input={tmp_path / 'in.txt'}", f"output={out}"]
+    result = run("translate", tmp_path, *args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = out.read_text().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+
+    (tmp_path / "bad.txt").write_bytes(b"a dog\n\xff\xfe\n")
+    result = run(
+        "translate",
+        tmp_path,
+        f"ckpt_path={checkpoint}",
+        f"input={tmp_path / 'bad.txt'}",
+        f"output={tmp_path / 'never.txt'}",
+    )
+    assert_fails(result, "bad.txt, line 2: not valid UTF-8 (byte 0xff)")
+    assert not (tmp_path / "never.txt").exists()
+    assert not list(tmp_path.glob(".never.txt.*"))
+
+
+def test_long_inputs_are_truncated_with_a_warning_or_refused(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    long_line = " ".join(["the big dog runs over the small ball"] * 20)
+    stdin = f"a dog\n{long_line}\nthe cat\n"
+    result = run("translate", tmp_path, f"ckpt_path={checkpoint}", stdin=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.split("\n")) == 4
+    assert "standard input, line 2:" in result.stderr and "truncated to 63" in result.stderr
+
+    strict = run(
+        "translate", tmp_path, f"ckpt_path={checkpoint}", "decoding.long_inputs=error", stdin=stdin
+    )
+    assert_fails(strict, "standard input, line 2:", "more than the model's 63 (model.max_len - 1)")
+    assert strict.stdout == ""
+
+
+def test_a_long_pair_in_an_evaluation_split_is_truncated_or_refused(
+    toy_files: Path, tmp_path: Path, caplog
+) -> None:
+    src, tgt = toy_corpus()
+    write_lines(toy_files / "val.src", [*src[240:250], " ".join(["the dog"] * 60), *src[251:270]])
+    overrides = small_model(toy_files, tmp_path / "cache")
+    data = TranslationDataModule(compose_config(overrides))
+    data.setup()
+    assert "val: 1 pairs longer than the model's 63 tokens are truncated" in caplog.text
+    assert f"{toy_files / 'val.src'} and {toy_files / 'val.tgt'}, line 11" in caplog.text
+    assert max(len(data.prepared.splits["val"][i][1]) for i in range(30)) == 63
+
+    strict = TranslationDataModule(compose_config([*overrides, "decoding.long_inputs=error"]))
+    with pytest.raises(DataError, match=r"val.tgt, line 11: \d+ tokens, more than the model's 63"):
+        strict.setup()

@@ -1,0 +1,96 @@
+"""Data-parallel training: the token-budget sampler shared among processes, and a real
+two-process run through Lightning's DDP strategy on CPU (gloo)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import compose_config, toy_overrides
+
+from seq2seq.checkpoint import read_checkpoint
+from seq2seq.data.batching import TokenBudgetBatchSampler
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.errors import ConfigError
+
+
+def samplers(lengths: np.ndarray, replicas: int, max_tokens: int = 40):
+    return [
+        TokenBudgetBatchSampler(lengths, lengths[::-1].copy(), max_tokens, True, 3, replicas, r)
+        for r in range(replicas)
+    ]
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_each_pair_goes_to_exactly_one_process_and_all_run_equal_steps(replicas: int) -> None:
+    lengths = np.random.default_rng(0).integers(1, 12, size=257)
+    for epoch in (0, 1):
+        shards = samplers(lengths, replicas)
+        for shard in shards:
+            shard.set_epoch(epoch)
+        batches = [list(shard) for shard in shards]
+        assert len({len(b) for b in batches}) == 1  # the same number of steps everywhere
+        pairs = [i for shard in batches for batch in shard for i in batch]
+        assert sorted(pairs) == list(range(257))  # none twice, none skipped
+        for shard, shard_batches in zip(shards, batches, strict=True):
+            for batch in shard_batches:
+                assert len(batch) * int(shard.size[batch].max()) <= 40
+    one = samplers(lengths, 1)[0]
+    assert len(one) <= sum(len(s) for s in samplers(lengths, replicas)) <= len(one) + replicas
+
+
+def test_the_same_epoch_is_drawn_alike_by_every_process() -> None:
+    lengths = np.random.default_rng(1).integers(1, 12, size=100)
+    first, second = samplers(lengths, 2)
+    assert not set(map(tuple, first)) & set(map(tuple, second))
+    first.set_epoch(1)
+    assert list(first) != list(samplers(lengths, 2)[0])  # another epoch, another order
+
+
+def test_too_few_pairs_for_the_processes_is_a_config_error() -> None:
+    lengths = np.array([5, 5, 5])
+    with pytest.raises(ConfigError, match="trainer.devices: 3 batches of one pair each"):
+        len(samplers(lengths, 2, max_tokens=6)[0])
+
+
+def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) -> None:
+    overrides = [
+        *toy_overrides(toy_files, tmp_path / "cache"),
+        "model=transformer_tiny",
+        "data.max_tokens=160",
+        "decoding=greedy",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "trainer.max_epochs=2",
+        "trainer.num_sanity_val_steps=0",
+        "average_last=2",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.train", *overrides, "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["test"]["test"]["bleu"] >= 0
+    config = compose_config(overrides)
+    data = TranslationDataModule(config)
+    data.setup()
+    single = data.batch_sampler("train", shuffle=True)
+    shard = TokenBudgetBatchSampler(
+        single.src_size - 1, single.tgt_size - 1, 160, True, config.seed, num_replicas=2, rank=0
+    )
+    steps = 0
+    for epoch in (0, 1):
+        shard.set_epoch(epoch)
+        steps += len(shard)
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == steps  # half the batches per process, not all of them
+    assert steps < len(single) * 2

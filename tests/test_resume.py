@@ -1,0 +1,235 @@
+"""Reliability of training: kill and resume, signals, atomic checkpoints, seeds, NaN steps."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import compose_config, toy_overrides
+
+from seq2seq.callbacks import metrics_files, read_metrics
+from seq2seq.checkpoint import AtomicCheckpointIO, read_checkpoint
+from seq2seq.errors import TrainingError
+from seq2seq.module import TranslationModule
+from seq2seq.train import train
+from seq2seq.translator import Translator
+
+# Runs the train entry point and sends a signal to itself at the end of one training step.
+SIGNAL_AT_STEP = """
+import os, signal, sys
+from seq2seq.module import TranslationModule
+signum, step = getattr(signal, sys.argv.pop(1)), int(sys.argv.pop(1))
+
+def on_train_batch_end(self, outputs, batch, batch_idx):
+    if self.global_step == step:
+        os.kill(os.getpid(), signum)
+
+TranslationModule.on_train_batch_end = on_train_batch_end
+from seq2seq.train import main
+main()
+"""
+
+
+def tiny_overrides(toy_files: Path, cache: Path) -> list[str]:
+    """A tiny model with dropout on the toy corpus: about 15 steps per epoch."""
+    return [
+        *toy_overrides(toy_files, cache),
+        "model=transformer_tiny",
+        "model.dropout=0.3",
+        "data.max_tokens=160",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=10",
+        "trainer.log_every_n_steps=1",
+        "trainer.num_sanity_val_steps=0",
+        "decoding=greedy",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+
+
+def train_cli(cwd: Path, *args: str, signal_at: tuple[str, int] | None = None):
+    command = [sys.executable, "-m", "seq2seq.train"]
+    if signal_at is not None:
+        script = cwd / "signal_at_step.py"
+        script.write_text(SIGNAL_AT_STEP)
+        command = [sys.executable, str(script), signal_at[0], str(signal_at[1])]
+    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
+    """(train loss, learning rate) by step, over the run's metrics files."""
+    rows = read_metrics(metrics_files(run_dir))
+    loss = {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
+    lr = {int(r["step"]): float(r["lr-AdamW"]) for r in rows if r.get("lr-AdamW")}
+    return {step: (loss[step], lr[step]) for step in loss}
+
+
+def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    base = [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=3"]
+    full = train_cli(tmp_path, *base, "hydra.run.dir=full")
+    assert full.returncode == 0, full.stderr[-3000:]
+    steps_per_epoch = read_checkpoint(tmp_path / "full/checkpoints/last.ckpt")["global_step"] // 3
+
+    every = ["checkpoint_every_n_steps=4", "hydra.run.dir=killed"]
+    killed = train_cli(tmp_path, *base, *every, signal_at=("SIGKILL", 22))
+    assert killed.returncode == -signal.SIGKILL
+    last = read_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")
+    assert last["global_step"] == 20 and 20 % steps_per_epoch != 0  # mid-epoch
+    assert not list((tmp_path / "killed/checkpoints").glob("*.part"))
+
+    resumed = train_cli(tmp_path, *base, *every, "ckpt_path=auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ckpt_path=auto: resuming from" in resumed.stdout + resumed.stderr
+    expected, got = losses(tmp_path / "full"), losses(tmp_path / "killed")
+    assert sorted(got) == sorted(expected)  # every step once: none lost, none repeated
+    assert len(got) == 3 * steps_per_epoch
+    for step in sorted(expected):  # up to the kill from metrics.1.csv, then the resumed run's
+        assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
+    final = read_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")
+    reference = read_checkpoint(tmp_path / "full/checkpoints/last.ckpt")
+    assert final["global_step"] == reference["global_step"] and final["epoch"] == 2
+    for key, value in reference["state_dict"].items():
+        torch.testing.assert_close(final["state_dict"][key], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_resume_command(
+    signal_name: str, toy_files: Path, tmp_path: Path
+) -> None:
+    base = [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=2"]
+    stopped = train_cli(tmp_path, *base, "hydra.run.dir=run", signal_at=(signal_name, 5))
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    message = re.search(rf"stopped by {signal_name} at step (\d+) \(epoch 0\)", stopped.stderr)
+    assert message, stopped.stderr[-3000:]
+    step = int(message.group(1))
+    assert step in (5, 6)  # the step during which the signal arrived is finished first
+    assert read_checkpoint(tmp_path / "run/checkpoints/last.ckpt")["global_step"] == step
+    assert "Traceback" not in stopped.stderr
+    command = stopped.stderr.split("Resume with:\n")[1].splitlines()[0].strip()
+    assert command.endswith("ckpt_path=auto") and "hydra.run.dir=" in command
+
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "seq2seq.train"]
+    resumed = subprocess.run(
+        [sys.executable, *words[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (tmp_path / "run/run_summary.json").is_file()
+    steps = sorted(losses(tmp_path / "run"))
+    assert steps == list(range(steps[0], steps[0] + len(steps)))  # continuous, no step twice
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys, torch
+from seq2seq.checkpoint import AtomicCheckpointIO
+path = sys.argv[1]
+AtomicCheckpointIO().save_checkpoint({"step": 1, "weights": torch.ones(1000)}, path)
+
+def dying_save(obj, f, *args, **kwargs):
+    f.write(b"PK\\x03\\x04 half a checkpoint")
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+torch.save = dying_save
+AtomicCheckpointIO().save_checkpoint({"step": 2, "weights": torch.zeros(1000)}, path)
+"""
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
+    script = tmp_path / "kill_during_save.py"
+    script.write_text(KILL_DURING_SAVE)
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    result = subprocess.run([sys.executable, str(script), str(path)], capture_output=True)
+    assert result.returncode == -signal.SIGKILL
+    saved = torch.load(path, weights_only=True)
+    assert saved["step"] == 1 and bool((saved["weights"] == 1).all())
+    leftovers = [p.name for p in path.parent.iterdir() if p != path]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".last.ckpt.")
+    assert leftovers[0].endswith(".part")  # never taken for a checkpoint (not *.ckpt)
+
+
+def test_checkpoint_io_refuses_storage_options(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="storage_options"):
+        AtomicCheckpointIO().save_checkpoint({}, tmp_path / "x.ckpt", storage_options={"a": 1})
+
+
+def test_same_seed_same_losses_and_translations_other_seed_differs(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    base = [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=2"]
+    sources = ["the dog runs over the ball", "a small child", "red blue big"]
+
+    def run(seed: int, name: str) -> tuple[list[float], list[str]]:
+        summary = train(compose_config([*base, f"seed={seed}"]), tmp_path / name)
+        with open(tmp_path / name / "metrics.csv", newline="") as f:
+            loss = [float(r["train/loss"]) for r in csv.DictReader(f) if r["train/loss"]]
+        translator = Translator.from_checkpoint(summary["final_checkpoint"])
+        return loss, translator.translate(sources)
+
+    first, again, other = run(7, "first"), run(7, "again"), run(8, "other")
+    assert len(first[0]) > 20
+    assert first == again
+    assert other[0] != first[0]
+
+
+def nan_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Make the training loss NaN at one optimizer step."""
+    loss = TranslationModule.loss
+
+    def poisoned(self, batch):
+        value, tokens = loss(self, batch)
+        if self.training and self.global_step == step:
+            value = value * math.nan
+        return value, tokens
+
+    monkeypatch.setattr(TranslationModule, "loss", poisoned)
+
+
+def test_a_nan_step_is_skipped_and_no_nan_reaches_a_checkpoint(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    nan_at_step(monkeypatch, 3)
+    config = compose_config(
+        [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=1"]
+    )
+    summary = train(config, tmp_path / "run")
+    assert summary["skipped_steps"] == 1
+    assert "step 4: NaN/inf loss or gradients, update skipped" in caplog.text
+    for name in ("last.ckpt", "best.ckpt"):
+        state = read_checkpoint(tmp_path / "run" / "checkpoints" / name)["state_dict"]
+        assert all(bool(torch.isfinite(v).all()) for v in state.values()), name
+
+
+def test_a_nan_step_stops_the_run_when_asked(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nan_at_step(monkeypatch, 3)
+    overrides = [*tiny_overrides(toy_files, tmp_path / "cache"), "on_nonfinite=stop"]
+    with pytest.raises(TrainingError, match=r"step 4: the loss or gradients are NaN or inf"):
+        train(compose_config(overrides), tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()
+
+
+def test_a_module_with_nan_weights_refuses_to_be_checkpointed(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    from seq2seq.data.datamodule import TranslationDataModule
+
+    config = compose_config(tiny_overrides(toy_files, tmp_path / "cache"))
+    data = TranslationDataModule(config)
+    data.setup()
+    module = TranslationModule(config, data.tokenizer)
+    with torch.no_grad():
+        module.model.output_projection.weight[0, 0] = math.inf
+    with pytest.raises(TrainingError, match="holds NaN or inf; no checkpoint written"):
+        module.on_save_checkpoint({})
