@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,18 @@ from seq2seq.config import RootConfig, validate_config
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
+    """`python -m seq2seq.<module> <overrides>` in `cwd`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def compose_config(

@@ -5,28 +5,16 @@ from __future__ import annotations
 import gzip
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import compose_config, toy_corpus, toy_overrides, write_lines
+from conftest import compose_config, run, toy_corpus, toy_overrides, write_lines
 
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import DataError
 from seq2seq.train import train
 
 MULTI30K_FILES = [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("en", "de")]
-
-
-def run(module: str, cwd: Path, *args: str, stdin: str | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", *args],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def assert_fails(result: subprocess.CompletedProcess, *expected: str) -> None:

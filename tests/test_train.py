@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, write_lines
+from conftest import compose_config, run, write_lines
 
 from seq2seq.checkpoint import average_checkpoints, read_checkpoint
 from seq2seq.config import DecodingConfig
@@ -20,17 +18,6 @@ from seq2seq.train import train, trainer_arguments
 from seq2seq.translator import Translator
 
 PAIRS = 40
-
-
-def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", *overrides],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:
