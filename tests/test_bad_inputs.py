@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compose_config, run, toy_corpus, toy_overrides, write_lines
+from helpers import compose_config, run, toy_corpus, toy_overrides, write_lines
 
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import DataError

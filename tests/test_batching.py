@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import compose_config, toy_overrides
+from helpers import compose_config, toy_overrides
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate

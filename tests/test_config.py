@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CONF_DIR, compose_config, split_file_overrides
+from helpers import CONF_DIR, compose_config, split_file_overrides
 
 from seq2seq.config import RootConfig, TranslateConfig, VisualizeConfig
 from seq2seq.errors import ConfigError

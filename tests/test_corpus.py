@@ -6,7 +6,7 @@ import gzip
 from pathlib import Path
 
 import pytest
-from conftest import write_lines
+from helpers import write_lines
 
 from seq2seq.data.corpus import SplitPaths, normalize, read_lines, read_parallel
 from seq2seq.errors import DataError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import compose_config, toy_corpus, toy_overrides, write_lines
+from helpers import compose_config, toy_corpus, toy_overrides, write_lines
 
 from seq2seq.config import FilterConfig, TokenizerConfig
 from seq2seq.data.datamodule import prepare

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import compose_config, split_file_overrides
+from helpers import compose_config, split_file_overrides
 
 from seq2seq.data.corpus import ensure_available
 from seq2seq.errors import DataError

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import toy_overrides
+from helpers import toy_overrides
 
 
 def run_prepare(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, toy_overrides
+from helpers import compose_config, toy_overrides
 
 from seq2seq.callbacks import metrics_files, read_metrics
 from seq2seq.checkpoint import AtomicCheckpointIO, read_checkpoint

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, run, write_lines
+from helpers import compose_config, few_pairs_overrides, run, write_lines
 
 from seq2seq.checkpoint import average_checkpoints, read_checkpoint
 from seq2seq.config import DecodingConfig
@@ -18,26 +18,6 @@ from seq2seq.train import train, trainer_arguments
 from seq2seq.translator import Translator
 
 PAIRS = 40
-
-
-def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:
-    splits = ("train", "val", "test")
-    files = [f"data.splits.{s}.{side}=pairs.{side}" for s in splits for side in ("src", "tgt")]
-    return [
-        "data=parallel_files",
-        f"data.dir={data}",
-        *files,
-        f"paths.cache_dir={cache}",
-        "model=transformer_tiny",
-        "model.dropout=0",
-        f"tokenizer.vocab_size={vocab_size}",
-        "tokenizer.byte_fallback=false",
-        "data.max_tokens=512",
-        "optim.lr=3e-3",
-        "optim.warmup_steps=30",
-        "optim.label_smoothing=0",
-        "decoding.beam_size=1",
-    ]
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import random_batch
+from helpers import random_batch
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID

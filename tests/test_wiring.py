@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, compose_config, random_batch
+from helpers import ROOT, compose_config, few_pairs_overrides, random_batch
 
 from seq2seq.config import AttentionConfig, AttentionSiteConfig, ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
@@ -240,7 +240,6 @@ def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Pa
 
 def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None:
     """The suite's command on 40 Multi30k pairs: one run dir per variant, then the report."""
-    from test_train import few_pairs_overrides
 
     from seq2seq.data.corpus import read_lines
 

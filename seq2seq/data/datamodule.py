@@ -110,7 +110,7 @@ def prepare(config: RootConfig) -> PreparedData:
 
 
 class TranslationDataModule(pl.LightningDataModule):
-    """Token-budget batches of the configured splits; test_dataloader is one per test set."""
+    """Token-budget batches of the training and validation splits."""
 
     def __init__(self, config: RootConfig) -> None:
         super().__init__()
@@ -203,6 +203,3 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.config.data.val_split, shuffle=False)
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return [self._loader(name, shuffle=False) for name in self.config.data.test_sets]

@@ -1,0 +1,115 @@
+"""Helpers shared by the test modules: composing configs, running entry points, small corpora.
+
+Fixtures live in conftest.py; plain functions live here and are imported as `from helpers
+import ...` (pytest puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from seq2seq.config import RootConfig, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = ROOT / "conf"
+SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
+    """`python -m seq2seq.<module> <overrides>` in `cwd`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def compose_config(
+    overrides: list[str] | None = None, config_name: str = "train", schema: type = RootConfig
+):
+    """Compose a root config of conf/ as the entry points do, and check it against the schema."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return validate_config(compose(config_name, overrides=overrides or []), schema)
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def random_batch(vocab: int) -> tuple:
+    """A fixed random (src, tgt_in) pair of batches: 3 sentences, one with source padding."""
+    import torch
+
+    from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+
+    torch.manual_seed(1)
+    src = torch.randint(4, vocab, (3, 8))
+    src[1, 5:] = PAD_ID
+    tgt = torch.randint(4, vocab, (3, 7))
+    tgt[:, 0] = BOS_ID
+    return src, tgt
+
+
+def toy_corpus(n: int = 300) -> tuple[list[str], list[str]]:
+    """A small deterministic corpus with varied lengths."""
+    words = ["the", "a", "dog", "cat", "runs", "jumps", "over", "under"]
+    words += ["red", "blue", "big", "small", "man", "woman", "child", "ball"]
+    src, tgt = [], []
+    for i in range(n):
+        length = 1 + (i * 7) % 12
+        sentence = [words[(i * 3 + j * 5) % len(words)] for j in range(length)]
+        src.append(" ".join(sentence))
+        tgt.append(" ".join(w.upper() for w in reversed(sentence)))
+    return src, tgt
+
+
+def split_file_overrides() -> list[str]:
+    """data=parallel_files names: <split>.src and <split>.tgt for train, val and test."""
+    return [
+        f"data.splits.{s}.{side}={s}.{side}"
+        for s in ("train", "val", "test")
+        for side in ("src", "tgt")
+    ]
+
+
+def toy_overrides(data: Path, cache: Path) -> list[str]:
+    return [
+        "data=parallel_files",
+        f"data.dir={data}",
+        f"paths.cache_dir={cache}",
+        *split_file_overrides(),
+        "tokenizer.vocab_size=60",
+        "tokenizer.byte_fallback=false",
+    ]
+
+
+def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:
+    """A tiny model that overfits a few pairs in pairs.src / pairs.tgt quickly."""
+    splits = ("train", "val", "test")
+    files = [f"data.splits.{s}.{side}=pairs.{side}" for s in splits for side in ("src", "tgt")]
+    return [
+        "data=parallel_files",
+        f"data.dir={data}",
+        *files,
+        f"paths.cache_dir={cache}",
+        "model=transformer_tiny",
+        "model.dropout=0",
+        f"tokenizer.vocab_size={vocab_size}",
+        "tokenizer.byte_fallback=false",
+        "data.max_tokens=512",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=30",
+        "optim.label_smoothing=0",
+        "decoding.beam_size=1",
+    ]
