@@ -6,20 +6,15 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.config import RootConfig, validate_config
+from seq2seq.config import CONF_DIR, RootConfig, validate_config
 from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq")
-
-# absolute, so that the entry points find it however they are started (python -m, a script
-# importing their main, Lightning's DDP launcher)
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def entrypoint(
@@ -28,7 +23,9 @@ def entrypoint(
     """Turn `task(config)` into a Hydra command whose user errors print one message, exit 1."""
 
     def wrap(task: Callable[[Any], None]) -> Callable[[], None]:
-        @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)
+        # an absolute config path: found however the entry point is started (python -m, a
+        # script importing main, Lightning's DDP launcher)
+        @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
         @functools.wraps(task)
         def main(cfg: DictConfig) -> None:
             try:

@@ -7,13 +7,22 @@ message naming the key, rather than deep inside a run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.errors import ConfigError
+
+# The YAML files are the only home of default values: the dataclasses below declare keys, types
+# and checks, and have no defaults of their own.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -23,29 +32,29 @@ def _require(ok: bool, key: str, message: str) -> None:
 
 @dataclass
 class PathsConfig:
-    data_dir: str = "data"
-    cache_dir: str = "cache"
+    data_dir: str
+    cache_dir: str
 
 
 @dataclass
 class SplitFiles:
-    src: str = MISSING
-    tgt: str = MISSING
+    src: str
+    tgt: str
 
 
 @dataclass
 class DownloadConfig:
-    url: str = MISSING  # pattern with {file}
-    sha256: dict[str, str] = field(default_factory=dict)
+    url: str  # pattern with {file}
+    sha256: dict[str, str]
 
 
 @dataclass
 class FilterConfig:
     """Limits for training pairs, in subword tokens; evaluation sets are never filtered."""
 
-    max_len: int = 128
-    max_ratio: float = 3.0
-    ratio_min_len: int = 4  # pairs shorter than this on both sides skip the ratio test
+    max_len: int
+    max_ratio: float
+    ratio_min_len: int  # pairs shorter than this on both sides skip the ratio test
 
     def check(self) -> None:
         _require(self.max_len >= 1, "data.filter.max_len", f"must be >= 1, got {self.max_len}")
@@ -56,20 +65,20 @@ class FilterConfig:
 
 @dataclass
 class DataConfig:
-    name: str = MISSING
-    src_lang: str = MISSING
-    tgt_lang: str = MISSING
-    languages: list[str] | None = None  # allowed languages; None: any label
-    dir: str = MISSING
-    splits: dict[str, SplitFiles] = field(default_factory=dict)
-    train_split: str = "train"
-    val_split: str = "val"
-    test_sets: list[str] = field(default_factory=list)
-    download: DownloadConfig | None = None
-    verify_checksums: bool = True
-    filter: FilterConfig = field(default_factory=FilterConfig)
-    max_tokens: int = 4096
-    num_workers: int = 0
+    name: str
+    src_lang: str
+    tgt_lang: str
+    languages: list[str] | None  # allowed languages; None: any label
+    dir: str
+    splits: dict[str, SplitFiles]
+    train_split: str
+    val_split: str
+    test_sets: list[str]
+    download: DownloadConfig | None
+    verify_checksums: bool
+    filter: FilterConfig
+    max_tokens: int
+    num_workers: int
 
     def check(self) -> None:
         if self.languages is not None:
@@ -113,12 +122,12 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    model_type: str = "bpe"
-    vocab_size: int = 8000
-    joint: bool = True
-    character_coverage: float = 1.0
-    byte_fallback: bool = True
-    seed: int = 1
+    model_type: str
+    vocab_size: int
+    joint: bool
+    character_coverage: float
+    byte_fallback: bool
+    seed: int
 
     def check(self) -> None:
         _require(
@@ -147,10 +156,10 @@ SCORES = ("scaled_dot", "dot", "additive")
 class AttentionSiteConfig:
     """Where one attention site takes its queries and keys/values from, and how it scores."""
 
-    query: str = "target"
-    key_value: str = "source"
-    score: str = "scaled_dot"  # scaled_dot: QK^T/sqrt(d_k); dot: QK^T; additive: v.tanh(q+k)
-    heads: int | None = None  # None: model.heads
+    query: str
+    key_value: str
+    score: str  # scaled_dot: QK^T/sqrt(d_k); dot: QK^T; additive: v.tanh(q+k)
+    heads: int | None  # None: model.heads
 
     def check(self, site: str, d_model: int) -> None:
         key = f"model.attention.{site}"
@@ -171,19 +180,15 @@ class AttentionSiteConfig:
             )
 
 
-def _site(query: str, key_value: str) -> Any:
-    return field(default_factory=lambda: AttentionSiteConfig(query, key_value))
-
-
 @dataclass
 class AttentionConfig:
     """The three attention sites (docs/attention.md): standard wiring by default."""
 
-    name: str = "standard"  # the variant's name in ablation reports
-    encoder_self: AttentionSiteConfig = _site("source", "source")
-    decoder_self: AttentionSiteConfig = _site("target", "target")
-    cross: AttentionSiteConfig = _site("target", "source")
-    allow_future_leak: bool = False  # True: no causal mask in the decoder (leak demonstration)
+    name: str  # the variant's name in ablation reports
+    encoder_self: AttentionSiteConfig
+    decoder_self: AttentionSiteConfig
+    cross: AttentionSiteConfig
+    allow_future_leak: bool  # True: no causal mask in the decoder (leak demonstration)
 
     def check(self, d_model: int) -> None:
         for site in ("encoder_self", "decoder_self", "cross"):
@@ -199,20 +204,20 @@ class AttentionConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = MISSING
-    d_model: int = 256
-    heads: int = 4
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    ffn_dim: int = 1024
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    positions: str = "sinusoidal"
-    norm: str = "pre"
-    tie_embeddings: bool = True
-    max_len: int = 256
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    name: str
+    d_model: int
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    ffn_dim: int
+    dropout: float
+    attention_dropout: float
+    activation_dropout: float
+    positions: str
+    norm: str
+    tie_embeddings: bool
+    max_len: int
+    attention: AttentionConfig
 
     def check(self) -> None:
         self.attention.check(self.d_model)
@@ -238,13 +243,13 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    fused: bool = True
-    warmup_steps: int = 1000
-    label_smoothing: float = 0.1
+    lr: float
+    betas: list[float]
+    eps: float
+    weight_decay: float
+    fused: bool
+    warmup_steps: int
+    label_smoothing: float
 
     def check(self) -> None:
         _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
@@ -258,12 +263,12 @@ class OptimConfig:
 
 @dataclass
 class DecodingConfig:
-    beam_size: int = 5
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5  # output tokens before EOS <= max_len_a * source tokens + max_len_b
-    max_len_b: int = 10
-    batch_size: int = 64  # sentences per decoding batch
-    long_inputs: str = "truncate"  # longer than the model's positions: truncate (warn) | error
+    beam_size: int
+    length_penalty: float
+    max_len_a: float  # output tokens before EOS <= max_len_a * source tokens + max_len_b
+    max_len_b: int
+    batch_size: int  # sentences per decoding batch
+    long_inputs: str  # longer than the model's positions: truncate (warn) | error
 
     def check(self) -> None:
         _require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
@@ -284,21 +289,21 @@ class DecodingConfig:
 class RootConfig:
     """What `train` and `evaluate` read (conf/train.yaml, conf/evaluate.yaml)."""
 
-    seed: int = 1234
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: dict[str, Any] = field(default_factory=dict)  # keyword arguments of lightning Trainer
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
-    ckpt_path: str | None = None  # train: resume from it; evaluate: the model to score
-    average_last: int = 5  # average the last k epoch checkpoints after training (0: off)
-    early_stopping_patience: int = 10  # epochs without a better validation BLEU
-    evaluate_after: bool = True  # score the test sets with the final model after training
-    compile: bool = False  # torch.compile the encoder and decoder layers for training
-    checkpoint_every_n_steps: int = 0  # also refresh last.ckpt every n optimizer steps (0: off)
-    on_nonfinite: str = "skip"  # a step whose loss or gradients are NaN/inf: skip | stop
+    seed: int
+    paths: PathsConfig
+    data: DataConfig
+    tokenizer: TokenizerConfig
+    model: ModelConfig
+    optim: OptimConfig
+    trainer: dict[str, Any]  # keyword arguments of lightning Trainer
+    decoding: DecodingConfig
+    ckpt_path: str | None  # train: resume from it; evaluate: the model to score
+    average_last: int  # average the last k epoch checkpoints after training (0: off)
+    early_stopping_patience: int  # epochs without a better validation BLEU
+    evaluate_after: bool  # score the test sets with the final model after training
+    compile: bool  # torch.compile the encoder and decoder layers for training
+    checkpoint_every_n_steps: int  # also refresh last.ckpt every n optimizer steps (0: off)
+    on_nonfinite: str  # a step whose loss or gradients are NaN/inf: skip | stop
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
@@ -328,10 +333,10 @@ class RootConfig:
 class TranslateConfig:
     """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
 
-    ckpt_path: str = MISSING
-    input: str | None = None  # a text file; default: standard input
-    output: str | None = None  # written when complete (temp file, then rename); default: stdout
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    ckpt_path: str
+    input: str | None  # a text file; default: standard input
+    output: str | None  # written when complete (temp file, then rename); default: stdout
+    decoding: DecodingConfig
 
     def check(self) -> None:
         self.decoding.check()
@@ -341,12 +346,12 @@ class TranslateConfig:
 class VisualizeConfig:
     """What `visualize` reads (conf/visualize.yaml)."""
 
-    ckpt_path: str = MISSING
-    text: str = MISSING
-    site: str = "cross"  # cross | decoder_self
-    per_head: bool = False  # one panel per head instead of the mean over heads
-    output: str | None = None  # default: <checkpoint>.<site>.png beside the checkpoint
-    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    ckpt_path: str
+    text: str
+    site: str  # cross | decoder_self
+    per_head: bool  # one panel per head instead of the mean over heads
+    output: str | None  # default: <checkpoint>.<site>.png beside the checkpoint
+    decoding: DecodingConfig
 
     def check(self) -> None:
         self.decoding.check()
@@ -373,3 +378,19 @@ def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
         raise ConfigError(f"config key '{key}': {message}{hint}") from None
     config.check()
     return config
+
+
+def group_config(option: str, schema: type, overrides: Sequence[str] = ()) -> Any:
+    """One option of a config group, e.g. `group_config("decoding/beam", DecodingConfig)`,
+    composed from conf/ and checked: the defaults of the Python API come from the YAML files,
+    as on the command line. `overrides` are relative to the group (`beam_size=2`)."""
+    group = option.rsplit("/", 1)[0]
+    prefix = group.replace("/", ".")
+    context = (
+        nullcontext()
+        if GlobalHydra.instance().is_initialized()  # inside an entry point: its search path
+        else initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3")
+    )
+    with context:
+        cfg = compose(option, overrides=[f"{prefix}.{o}" for o in overrides])
+    return validate_config(OmegaConf.select(cfg, prefix), schema)

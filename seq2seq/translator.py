@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from seq2seq.checkpoint import load_trained
-from seq2seq.config import DecodingConfig
+from seq2seq.config import DecodingConfig, group_config
 from seq2seq.data.batching import collate
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
@@ -36,7 +36,7 @@ class Translator:
     ) -> None:
         self.model = model.eval().to(device)
         self.tokenizer = tokenizer
-        self.decoding = decoding or DecodingConfig()
+        self.decoding = decoding or group_config("decoding/beam", DecodingConfig)
         self.device = torch.device(device)
 
     @classmethod

@@ -10,14 +10,15 @@ import gzip
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config import RootConfig, validate_config
+from seq2seq.config import CONF_DIR, RootConfig, group_config, validate_config
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = ROOT / "conf"
+ROOT = CONF_DIR.parent
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
@@ -39,6 +40,12 @@ def compose_config(
     """Compose a root config of conf/ as the entry points do, and check it against the schema."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return validate_config(compose(config_name, overrides=overrides or []), schema)
+
+
+def config_of(option: str, schema: type, **fields: Any) -> Any:
+    """A group option of conf/ (e.g. "decoding/beam") with `fields` replaced: tests take their
+    defaults from the YAML files, as users do."""
+    return replace(group_config(option, schema), **fields)
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, toy_corpus, toy_overrides, write_lines
+from helpers import compose_config, config_of, toy_corpus, toy_overrides, write_lines
 
 from seq2seq.config import FilterConfig, TokenizerConfig
 from seq2seq.data.datamodule import prepare
@@ -19,7 +19,10 @@ from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     src, tgt = toy_corpus()
-    model = train_sentencepiece(src + tgt, TokenizerConfig(vocab_size=60, byte_fallback=False))
+    model = train_sentencepiece(
+        src + tgt,
+        config_of("tokenizer/sentencepiece", TokenizerConfig, vocab_size=60, byte_fallback=False),
+    )
     return Tokenizer(model, model)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from helpers import config_of
 
 from seq2seq.config import OptimConfig
 from seq2seq.module import adamw
@@ -11,7 +12,11 @@ from seq2seq.module import adamw
 def three_steps(fused: bool, mixed: bool = False) -> tuple[list[torch.Tensor], torch.optim.AdamW]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    optimizer = adamw(model.parameters(), OptimConfig(lr=1e-2, fused=fused), mixed)
+    optimizer = adamw(
+        model.parameters(),
+        config_of("optim/adam_inverse_sqrt", OptimConfig, lr=1e-2, fused=fused),
+        mixed,
+    )
     for step in range(3):
         x = torch.randn(5, 8, generator=torch.Generator().manual_seed(step))
         model(x).square().mean().backward()

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import config_of
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -60,8 +61,8 @@ def test_beam_search_finds_the_better_sequence_greedy_misses() -> None:
 
 def tiny_transformer() -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        name="t", d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
+    cfg = config_of(
+        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
     )
     return Transformer(cfg, 30, 30, True).eval()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, toy_corpus, toy_overrides, write_lines
+from helpers import compose_config, config_of, toy_corpus, toy_overrides, write_lines
 
 from seq2seq.config import TokenizerConfig
 from seq2seq.data.corpus import normalize, read_lines
@@ -44,11 +44,17 @@ def test_special_ids_and_vocabulary(multi30k) -> None:
 
 def test_training_is_reproducible() -> None:
     src, tgt = toy_corpus()
-    cfg = TokenizerConfig(vocab_size=60, byte_fallback=False)
+    cfg = config_of("tokenizer/sentencepiece", TokenizerConfig, vocab_size=60, byte_fallback=False)
     first = train_sentencepiece(src + tgt, cfg)
     assert train_sentencepiece(src + tgt, cfg) == first
     assert (
-        train_sentencepiece(src + tgt, TokenizerConfig(vocab_size=61, byte_fallback=False)) != first
+        train_sentencepiece(
+            src + tgt,
+            config_of(
+                "tokenizer/sentencepiece", TokenizerConfig, vocab_size=61, byte_fallback=False
+            ),
+        )
+        != first
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_config, few_pairs_overrides, run, write_lines
+from helpers import compose_config, config_of, few_pairs_overrides, run, write_lines
 
 from seq2seq.checkpoint import average_checkpoints, read_checkpoint
 from seq2seq.config import DecodingConfig
@@ -114,7 +114,7 @@ def test_translate_keeps_lines_in_order_and_empty_lines_empty(
     out = result.stdout.split("\n")
     assert len(out) == 6 and out[-1] == ""  # five lines in, five out
     assert out[1] == "" and out[3] == ""
-    two_beams = DecodingConfig(beam_size=2)
+    two_beams = config_of("decoding/beam", DecodingConfig, beam_size=2)
     translator = Translator.from_checkpoint(ckpt, two_beams)
     assert [out[0], out[2], out[4]] == translator.translate([src[3], src[0], src[7]])
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-from helpers import random_batch
+from helpers import config_of, random_batch
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
@@ -16,9 +18,10 @@ VOCAB = 40
 def tiny(**overrides) -> Transformer:
     torch.manual_seed(0)
     settings = dict(
-        name="t", d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
+        d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
     )
-    return Transformer(ModelConfig(**{**settings, **overrides}), VOCAB, VOCAB, True).eval()
+    cfg = config_of("model/transformer_tiny", ModelConfig, **{**settings, **overrides})
+    return Transformer(cfg, VOCAB, VOCAB, True).eval()
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,14 +85,14 @@ def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
     separate = Transformer(tiny().cfg, VOCAB, VOCAB + 5, False)
     assert separate.src_embedding.tokens.weight is not separate.tgt_embedding.tokens.weight
     assert separate.output_projection.weight is separate.tgt_embedding.tokens.weight
-    untied = Transformer(ModelConfig(**{**vars(tiny().cfg), "tie_embeddings": False}), 9, 9, True)
+    untied = Transformer(replace(tiny().cfg, tie_embeddings=False), 9, 9, True)
     assert untied.output_projection.weight is not untied.tgt_embedding.tokens.weight
 
 
 def test_parameter_count_matches_the_architecture() -> None:
     d, f, layers, v = 512, 2048, 6, 37000  # the paper's base model, shared 37k vocabulary
     model = Transformer(
-        ModelConfig(name="base", d_model=d, heads=8, encoder_layers=6, decoder_layers=6, ffn_dim=f),
+        config_of("model/transformer_base", ModelConfig, d_model=d, ffn_dim=f),
         v,
         v,
         True,

@@ -8,14 +8,15 @@ import logging
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import ROOT, compose_config, few_pairs_overrides, random_batch
+from helpers import ROOT, compose_config, config_of, few_pairs_overrides, random_batch
 
-from seq2seq.config import AttentionConfig, AttentionSiteConfig, ModelConfig
+from seq2seq.config import AttentionSiteConfig, ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.model.sites import AttentionSite
@@ -28,14 +29,16 @@ WIRINGS = list(itertools.product(STREAM_PAIRS, STREAM_PAIRS))  # (decoder_self, 
 
 def model(decoder_self=("target", "target"), cross=("target", "source"), score="scaled_dot", **kw):
     torch.manual_seed(0)
-    attention = AttentionConfig(
-        encoder_self=AttentionSiteConfig("source", "source", score),
-        decoder_self=AttentionSiteConfig(*decoder_self, score),
+    attention = replace(
+        config_of("model/transformer_tiny", ModelConfig).attention,
+        encoder_self=AttentionSiteConfig("source", "source", score, None),
+        decoder_self=AttentionSiteConfig(*decoder_self, score, None),
         cross=AttentionSiteConfig(*cross, score, kw.pop("cross_heads", None)),
         allow_future_leak=kw.pop("allow_future_leak", False),
     )
-    cfg = ModelConfig(
-        name="t",
+    cfg = config_of(
+        "model/transformer_tiny",
+        ModelConfig,
         d_model=32,
         heads=4,
         encoder_layers=1,
@@ -72,7 +75,9 @@ def test_every_wiring_is_causal_and_its_kv_cache_equals_the_full_pass(decoder_se
 
 def test_swapped_cross_attention_equals_a_hand_computation() -> None:
     torch.manual_seed(2)
-    site = AttentionSite(AttentionSiteConfig("source", "target"), 16, 2, 0.0, causal=True).eval()
+    site = AttentionSite(
+        AttentionSiteConfig("source", "target", "scaled_dot", None), 16, 2, 0.0, causal=True
+    ).eval()
     source, target = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
     keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
     keep[1, ..., 3:] = False  # sentence 1 has 3 source tokens
@@ -130,8 +135,11 @@ def test_weights_can_be_returned_for_any_site_without_changing_outputs(decoder_s
 def test_the_encoder_never_sees_the_target() -> None:
     with pytest.raises(ConfigError, match="the encoder never sees the target"):
         compose_config(["model.attention.encoder_self.key_value=target"])
-    bad = AttentionConfig(encoder_self=AttentionSiteConfig("target", "source"))
-    cfg = ModelConfig(name="t", d_model=32, heads=4, attention=bad)
+    bad = replace(
+        model().cfg.attention,
+        encoder_self=AttentionSiteConfig("target", "source", "scaled_dot", None),
+    )
+    cfg = replace(model().cfg, attention=bad)
     with pytest.raises(ConfigError, match="there is none at inference"):
         Transformer(cfg, VOCAB, VOCAB, True)
 
@@ -275,8 +283,13 @@ def test_heatmaps_for_each_wiring(cross, tmp_path: Path) -> None:
     from seq2seq.visualize import attention_maps, plot
 
     words = ["a dog runs", "the cat sleeps", "a man reads a book", "two children play"] * 20
-    spm = train_sentencepiece(words, TokenizerConfig(vocab_size=40, byte_fallback=False))
-    translator = Translator(model(cross=cross), Tokenizer(spm, spm), DecodingConfig(beam_size=1))
+    spm = train_sentencepiece(
+        words,
+        config_of("tokenizer/sentencepiece", TokenizerConfig, vocab_size=40, byte_fallback=False),
+    )
+    translator = Translator(
+        model(cross=cross), Tokenizer(spm, spm), config_of("decoding/greedy", DecodingConfig)
+    )
     maps, query, key, _ = attention_maps(translator, "a dog reads", "cross")
     assert len(maps) == 2 and all(m.shape == (4, len(query), len(key)) for m in maps)
     expected_query = "</s>" if cross[0] == "source" else "<s>"
