@@ -1,0 +1,116 @@
+"""Decoding throughput: sentences/s on test sources, greedy and beam, with every hypothesis
+forced to `length` tokens then EOS, so that all systems run length + 1 decoder steps a sentence.
+Ours: EOS masked before that step and forced at it; Marian: min_new_tokens=length,
+max_new_tokens=length + 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from bench.measure import Measured, interleaved
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.transformer import Transformer
+from seq2seq.search import DecoderState, IncrementalDecoder, beam_search, greedy_search
+
+Search = Callable[[Tensor], list[list[int]]]  # source batch -> token ids per sentence
+
+
+class FixedLength:
+    """Our decoder with EOS masked before `length` tokens, so every hypothesis has that length
+    (the search itself forces EOS at its `max_len`)."""
+
+    def __init__(self, model: IncrementalDecoder, length: int) -> None:
+        self.model, self.length = model, length
+
+    def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
+        return self.model.start_decoding(src, beam)
+
+    def decode_step(self, state: DecoderState, tokens: Tensor) -> Tensor:
+        log_probs = self.model.decode_step(state, tokens)
+        if state.position <= self.length:  # this was step position - 1 < length
+            log_probs[:, EOS_ID] = float("-inf")
+        return log_probs
+
+
+@torch.no_grad()
+def greedy_without_cache(model: Transformer, src: Tensor, length: int) -> list[list[int]]:
+    """Greedy search that reruns the decoder over the whole prefix at every step: what the KV
+    cache saves."""
+    memory, src_mask = model.encode(src)
+    prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
+    for t in range(length + 1):
+        states = model.decode(prefix, memory, src_mask)  # (B, t + 1, d)
+        log_probs = model.output_projection(states[:, -1]).log_softmax(dim=-1)
+        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+        if t < length:
+            log_probs[:, EOS_ID] = float("-inf")
+        else:
+            log_probs[:, :EOS_ID] = float("-inf")
+            log_probs[:, EOS_ID + 1 :] = float("-inf")
+        prefix = torch.cat([prefix, log_probs.argmax(dim=-1, keepdim=True)], dim=1)
+    return prefix[:, 1:-1].tolist()
+
+
+def our_searches(model: Transformer, length: int, beam: int, penalty: float) -> dict[str, Search]:
+    """Ours, in eval mode: greedy and beam with the KV cache, and greedy without it."""
+    model.eval()
+    fixed = FixedLength(model, length)
+
+    def budget(src: Tensor) -> Tensor:
+        return torch.full((src.shape[0],), length, device=src.device)
+
+    return {
+        "ours greedy": lambda src: greedy_search(fixed, src, budget(src)),
+        "ours greedy, no cache": lambda src: greedy_without_cache(model, src, length),
+        f"ours beam {beam}": lambda src: beam_search(fixed, src, budget(src), beam, penalty),
+    }
+
+
+def marian_searches(marian: nn.Module, length: int, beam: int, penalty: float) -> dict[str, Search]:
+    """Marian's `generate`, in eval mode, greedy and beam."""
+    marian.eval()
+
+    def generate(src: Tensor, beams: int) -> list[list[int]]:
+        return marian.generate(
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            num_beams=beams,
+            length_penalty=penalty,
+            min_new_tokens=length,
+            max_new_tokens=length + 1,
+            do_sample=False,
+        ).tolist()
+
+    return {
+        "marian greedy": lambda src: generate(src, 1),
+        f"marian beam {beam}": lambda src: generate(src, beam),
+    }
+
+
+def decoding_pass(search: Search, sources: list[Tensor]) -> Callable[[], float]:
+    """One repetition: every source batch; its work is the sentences decoded."""
+
+    def run() -> float:
+        for src in sources:
+            search(src)
+        return float(sum(s.shape[0] for s in sources))
+
+    return run
+
+
+def time_decoding(
+    searches: dict[str, Search], sources: list[Tensor], reps: int, device: torch.device
+) -> dict[str, Measured]:
+    with torch.inference_mode():
+        return interleaved(
+            {name: decoding_pass(s, sources) for name, s in searches.items()}, reps, device
+        )
+
+
+def cache_equals_no_cache(searches: dict[str, Search], src: Tensor) -> bool:
+    """Whether the KV cache leaves greedy search's output unchanged on this batch."""
+    with torch.inference_mode():
+        return searches["ours greedy"](src) == searches["ours greedy, no cache"](src)

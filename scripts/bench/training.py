@@ -1,0 +1,86 @@
+"""Training throughput: target tokens/s of forward + backward + clipping + AdamW step, with
+the optimizer of `seq2seq.train` for every system, in each precision the device supports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from bench.measure import Measured, interleaved
+from bench.models import System
+from seq2seq.config import RootConfig
+from seq2seq.data.batching import Batch
+from seq2seq.module import adamw
+
+Precisions = dict[str, torch.dtype | None]  # name -> autocast dtype (None: off)
+
+
+def precisions(device: torch.device) -> Precisions:
+    """fp32 and bf16 autocast on a CPU; bf16-mixed, what `trainer=gpu` trains in, on a GPU."""
+    if device.type == "cuda":
+        return {"bf16-mixed": torch.bfloat16}
+    return {"fp32": None, "bf16 autocast": torch.bfloat16}
+
+
+def timed_batches(
+    batches: list[Batch], precisions: Precisions, device: torch.device, cpu_bf16_batches: int
+) -> dict[str, list[Batch]]:
+    """The batches of a pass per precision: fewer for bf16 on a CPU, which without bf16 units
+    runs 33x slower than fp32 (docs/performance.md)."""
+    return {
+        precision: batches[:cpu_bf16_batches] if slow else batches
+        for precision, dtype in precisions.items()
+        for slow in [dtype is not None and device.type == "cpu"]
+    }
+
+
+def train_step(system: System, config: RootConfig, mixed: bool) -> Callable[[Batch], None]:
+    optimizer = adamw(system.model.parameters(), config.optim, mixed_precision=mixed)
+    clip = config.trainer.get("gradient_clip_val") or float("inf")
+
+    def step(batch: Batch) -> None:
+        system.loss(batch).backward()
+        nn.utils.clip_grad_norm_(system.model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def training_pass(
+    step: Callable[[Batch], None], batches: list[Batch], autocast: torch.dtype | None
+) -> Callable[[], float]:
+    """One repetition: a step on every batch; its work is the target tokens trained on."""
+    device = batches[0].src.device
+
+    def run() -> float:
+        enabled = autocast is not None
+        with torch.autocast(device.type, dtype=autocast, enabled=enabled):
+            for batch in batches:
+                step(batch)
+        return float(sum(b.tgt_tokens for b in batches))
+
+    return run
+
+
+def time_training(
+    systems: dict[str, System],
+    timed: dict[str, list[Batch]],
+    precisions: Precisions,
+    config: RootConfig,
+    reps: int,
+    device: torch.device,
+) -> dict[str, Measured]:
+    """Every system in every precision, interleaved; keys are '<system> <precision>'."""
+    for system in systems.values():
+        system.model.train()
+    passes = {
+        f"{name} {precision}": training_pass(
+            train_step(system, config, mixed=dtype is not None), timed[precision], dtype
+        )
+        for precision, dtype in precisions.items()
+        for name, system in systems.items()
+    }
+    return interleaved(passes, reps, device)
