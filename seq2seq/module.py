@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -13,46 +12,17 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.config import OptimConfig, RootConfig
+from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.errors import TrainingError
 from seq2seq.loss import label_smoothed_cross_entropy
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
+from seq2seq.optim import adamw, inverse_sqrt
 from seq2seq.search import greedy_search, max_output_len
 
 log = logging.getLogger(__name__)
-
-
-def inverse_sqrt(warmup: int):
-    """Linear warmup to the peak, then decay with 1/sqrt(step) (Vaswani et al. 2017)."""
-
-    def factor(step: int) -> float:
-        step += 1
-        if warmup == 0:
-            return 1.0
-        return min(step / warmup, (warmup / step) ** 0.5)
-
-    return factor
-
-
-def adamw(
-    parameters: Iterable[Tensor], config: OptimConfig, mixed_precision: bool = False
-) -> torch.optim.AdamW:
-    """AdamW with torch's fused kernel when `optim.fused`, except under mixed precision: there
-    Lightning clips gradients itself and refuses optimizers that unscale them (fused ones), so
-    the multi-tensor (foreach) kernel is used instead."""
-    fused = config.fused and not mixed_precision
-    return torch.optim.AdamW(
-        parameters,
-        lr=config.lr,
-        betas=tuple(config.betas),
-        eps=config.eps,
-        weight_decay=config.weight_decay,
-        fused=fused or None,
-        foreach=None if fused else True,
-    )
 
 
 class TranslationModule(pl.LightningModule):
@@ -138,10 +108,10 @@ class TranslationModule(pl.LightningModule):
         optimizer.zero_grad(set_to_none=True)  # AdamW leaves parameters without gradients alone
 
     def configure_optimizers(self) -> dict[str, Any]:
-        o = self.config.optim
+        optim = self.config.optim
         mixed = str(self.trainer.precision).endswith("mixed")
-        optimizer = adamw(self.parameters(), o, mixed_precision=mixed)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(o.warmup_steps))
+        optimizer = adamw(self, optim, mixed_precision=mixed)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(optim.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,19 +1,29 @@
-"""The optimizer of seq2seq.train: torch's fused AdamW, and the foreach kernel it falls back to."""
+"""The optimizer of seq2seq.train: torch's fused AdamW, and the foreach kernel it falls back to;
+weight decay on linear weight matrices only; the inverse square-root schedule."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import pytest
 import torch
 from helpers import config_of
 
-from seq2seq.config import OptimConfig
-from seq2seq.module import adamw
+from seq2seq.config import AttentionSiteConfig, ModelConfig, OptimConfig
+from seq2seq.model.transformer import Transformer
+from seq2seq.optim import adamw, decayed_parameters, inverse_sqrt
+
+VOCAB = 40
+LINEAR_WEIGHTS = ("query.weight", "key_value.weight", "output.weight", "expand.weight")
+LINEAR_WEIGHTS += ("contract.weight",)
 
 
 def three_steps(fused: bool, mixed: bool = False) -> tuple[list[torch.Tensor], torch.optim.AdamW]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     optimizer = adamw(
-        model.parameters(),
+        model,
         config_of("optim/adam_inverse_sqrt", OptimConfig, lr=1e-2, fused=fused),
         mixed,
     )
@@ -38,3 +48,92 @@ def test_mixed_precision_uses_the_foreach_kernel() -> None:
     # Lightning's mixed-precision gradient clipping refuses optimizers that unscale (fused)
     _, optimizer = three_steps(fused=True, mixed=True)
     assert not optimizer.defaults["fused"] and optimizer.defaults["foreach"]
+
+
+def tiny_transformer(tie_embeddings: bool = True) -> Transformer:
+    """Every kind of parameter: linear weights and biases, layer norms, tied or untied
+    embeddings, learned positions, additive-attention energy vectors."""
+    torch.manual_seed(0)
+    cfg = config_of("model/transformer_tiny", ModelConfig)
+    additive = AttentionSiteConfig("source", "source", "additive", None)
+    cfg = replace(
+        cfg,
+        d_model=32,
+        heads=4,
+        encoder_layers=1,
+        decoder_layers=1,
+        ffn_dim=64,
+        dropout=0.0,
+        positions="learned",
+        tie_embeddings=tie_embeddings,
+        attention=replace(cfg.attention, encoder_self=additive),
+    )
+    return Transformer(cfg, VOCAB, VOCAB, True)
+
+
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_only_linear_weight_matrices_are_decayed(tie_embeddings: bool) -> None:
+    model = tiny_transformer(tie_embeddings)
+    names = {id(p): name for name, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decayed_parameters(model)}
+    expected = {name for name in names.values() if name.endswith(LINEAR_WEIGHTS)}
+    if not tie_embeddings:  # then the output projection is a linear layer of its own
+        expected.add("output_projection.weight")
+    assert decayed == expected
+    # 3 attentions of 3 linear layers, 2 feed-forward blocks of 2
+    assert len(decayed) == 3 * 3 + 2 * 2 + (0 if tie_embeddings else 1)
+    assert any(name.endswith("energy") for name in names.values())  # present, not decayed
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_step_with_zero_gradients_shrinks_exactly_the_decayed_parameters(fused: bool) -> None:
+    model = tiny_transformer()
+    lr, weight_decay = 0.1, 0.2
+    config = config_of(
+        "optim/adam_inverse_sqrt", OptimConfig, lr=lr, weight_decay=weight_decay, fused=fused
+    )
+    optimizer = adamw(model, config)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # Adam's update is 0: only the decay moves parameters
+    optimizer.step()
+    decayed = {id(p) for p in decayed_parameters(model)}
+    assert decayed
+    for name, p in model.named_parameters():
+        if id(p) in decayed:
+            torch.testing.assert_close(p.detach(), before[name] * (1 - lr * weight_decay))
+            assert not torch.equal(p, before[name]), name
+        else:
+            assert torch.equal(p, before[name]), name
+
+
+def test_without_weight_decay_one_group_holds_every_parameter() -> None:
+    """As before parameter groups existed: optimizer states of earlier checkpoints still load."""
+    model = tiny_transformer()
+    optimizer = adamw(model, config_of("optim/adam_inverse_sqrt", OptimConfig, weight_decay=0.0))
+    assert len(optimizer.param_groups) == 1
+    assert optimizer.param_groups[0]["params"] == list(model.parameters())
+
+
+def learning_rates(warmup: int, steps: int, lr: float = 2.0) -> list[float]:
+    """The learning rate of each of the first `steps` updates, as LambdaLR hands them out."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    return rates
+
+
+def test_schedule_without_warmup_decays_from_the_first_step() -> None:
+    expected = [2.0 / math.sqrt(step) for step in range(1, 7)]
+    assert learning_rates(warmup=0, steps=6) == pytest.approx(expected, rel=1e-12)
+
+
+def test_schedule_warms_up_linearly_then_decays_with_the_inverse_square_root() -> None:
+    rates = learning_rates(warmup=4, steps=9)
+    warmup = [0.5, 1.0, 1.5, 2.0]  # lr * step / 4: the peak lr at step 4
+    decay = [2.0 * math.sqrt(4 / step) for step in range(5, 10)]
+    assert rates == pytest.approx(warmup + decay, rel=1e-12)

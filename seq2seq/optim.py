@@ -1,0 +1,67 @@
+"""The optimizer and learning-rate schedule of training: AdamW and inverse square-root decay."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from seq2seq.config import OptimConfig
+
+
+def decayed_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The weight matrices of linear layers: what weight decay is meant for.
+
+    Biases, layer norms, embeddings and other free vectors (the additive-attention `energy`)
+    are left out, as AdamW users expect. Selected by module type, not name; a linear weight
+    that is also an embedding's (the tied output projection) is an embedding and stays out.
+    """
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    return [p for p in model.parameters() if id(p) in linears - embeddings]
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups: decay for `decayed_parameters` only. Without decay, one group
+    of all parameters, as before groups existed (so older checkpoints still resume)."""
+    if weight_decay == 0:
+        return [{"params": list(model.parameters()), "weight_decay": 0.0}]
+    decayed = {id(p) for p in decayed_parameters(model)}
+    parameters = list(model.parameters())
+    return [
+        {"params": [p for p in parameters if id(p) in decayed], "weight_decay": weight_decay},
+        {"params": [p for p in parameters if id(p) not in decayed], "weight_decay": 0.0},
+    ]
+
+
+def adamw(
+    model: nn.Module, config: OptimConfig, mixed_precision: bool = False
+) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel when `optim.fused`, except under mixed precision: there
+    Lightning clips gradients itself and refuses optimizers that unscale them (fused ones), so
+    the multi-tensor (foreach) kernel is used instead."""
+    fused = config.fused and not mixed_precision
+    return torch.optim.AdamW(
+        parameter_groups(model, config.weight_decay),
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
+
+
+def inverse_sqrt(warmup: int) -> Callable[[int], float]:
+    """The learning-rate factor of update `index` (0-based, as LambdaLR counts) for
+    Vaswani et al. (2017): linear warmup to the peak at step `warmup`, then 1/sqrt(step) decay.
+    With `warmup` 0 the decay starts at step 1 (factor step^-0.5), so the rate still falls."""
+
+    def factor(index: int) -> float:
+        step = index + 1
+        if warmup == 0:
+            return step**-0.5
+        return min(step / warmup, (warmup / step) ** 0.5)
+
+    return factor
