@@ -12,7 +12,7 @@ from bench.measure import Measured, interleaved
 from bench.models import System
 from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
-from seq2seq.module import adamw
+from seq2seq.optim import adamw
 
 Precisions = dict[str, torch.dtype | None]  # name -> autocast dtype (None: off)
 
@@ -37,7 +37,7 @@ def timed_batches(
 
 
 def train_step(system: System, config: RootConfig, mixed: bool) -> Callable[[Batch], None]:
-    optimizer = adamw(system.model.parameters(), config.optim, mixed_precision=mixed)
+    optimizer = adamw(system.model, config.optim, mixed_precision=mixed)
     clip = config.trainer.get("gradient_clip_val") or float("inf")
 
     def step(batch: Batch) -> None:
