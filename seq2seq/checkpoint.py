@@ -64,11 +64,25 @@ class TrainedModel:
     config: RootConfig  # the training run's configuration
 
 
+# TensorBoard beside metrics.csv: what train logged before the `logger` group existed
+TENSORBOARD = {
+    "_target_": "pytorch_lightning.loggers.TensorBoardLogger",
+    "name": "tensorboard",
+    "version": "",
+}
+
+
+def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved config in today's layout: keys added since it was written get the
+    values that reproduce the run that wrote it, so that old checkpoints keep loading."""
+    return {"logger": dict(TENSORBOARD), **saved}
+
+
 def load_trained(path: Path) -> TrainedModel:
     """The model, tokenizer and training config of a checkpoint, ready for inference."""
     checkpoint = read_checkpoint(path)
     extra = checkpoint["seq2seq"]
-    config = validate_config(OmegaConf.create(extra["config"]))
+    config = validate_config(OmegaConf.create(upgrade_config(extra["config"])))
     tokenizer = Tokenizer(extra["src_model"], extra["tgt_model"])
     model = Transformer(
         config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint

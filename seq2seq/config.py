@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -287,7 +288,7 @@ class DecodingConfig:
 
 @dataclass
 class RootConfig:
-    """What `train` and `evaluate` read (conf/train.yaml, conf/evaluate.yaml)."""
+    """What `train` reads (conf/train.yaml); every checkpoint carries it."""
 
     seed: int
     paths: PathsConfig
@@ -297,17 +298,24 @@ class RootConfig:
     optim: OptimConfig
     trainer: dict[str, Any]  # keyword arguments of lightning Trainer
     decoding: DecodingConfig
-    ckpt_path: str | None  # train: resume from it; evaluate: the model to score
+    ckpt_path: str | None  # resume from it
     average_last: int  # average the last k epoch checkpoints after training (0: off)
     early_stopping_patience: int  # epochs without a better validation BLEU
     evaluate_after: bool  # score the test sets with the final model after training
     compile: bool  # torch.compile the encoder and decoder layers for training
     checkpoint_every_n_steps: int  # also refresh last.ckpt every n optimizer steps (0: off)
     on_nonfinite: str  # a step whose loss or gradients are NaN/inf: skip | stop
+    logger: dict[str, Any] | None  # a Lightning logger (_target_ + arguments) besides metrics.csv
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
             group.check()
+        _require(
+            self.logger is None or "_target_" in self.logger,
+            "logger",
+            "names no _target_ (a Lightning logger class); pick an option of conf/logger/, "
+            "e.g. logger=tensorboard or logger=none",
+        )
         _require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
         _require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
         _require(
@@ -327,6 +335,31 @@ class RootConfig:
             f"the model's model.max_len={self.model.max_len} positions; lower the filter or "
             "raise model.max_len",
         )
+
+
+@dataclass
+class EvaluateConfig:
+    """What `evaluate` reads (conf/evaluate.yaml): the model, data config and tokenizer come
+    from the checkpoint; `data` holds keys merged over the checkpoint's data config."""
+
+    ckpt_path: str
+    decoding: DecodingConfig
+    data: dict[str, Any]  # e.g. {"test_sets": ["val"]} or {"dir": "/elsewhere/multi30k"}
+
+    def check(self) -> None:
+        self.decoding.check()
+
+
+def _open_node() -> DictConfig:
+    node = OmegaConf.create({})
+    OmegaConf.set_struct(node, False)
+    return node
+
+
+# conf/evaluate.yaml's `data`: Hydra closes every node composed from YAML, so that a key not in
+# the file needs `+` on the command line; this open node takes `data.dir=...` as it is. The keys
+# are checked against DataConfig once merged over the checkpoint's data config.
+ConfigStore.instance().store(name="open_node", node=_open_node())
 
 
 @dataclass

@@ -1,11 +1,13 @@
 """`python -m seq2seq.train [overrides]`: train a Transformer, average, score the test sets.
 
 The run directory (Hydra's, under outputs/) receives the resolved config, the tokenizer
-models, checkpoints, metrics (CSV and TensorBoard) and the learning curve.
+models, checkpoints, metrics (metrics.csv, and the files of the `logger=` choice) and the
+learning curve.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import logging
@@ -16,16 +18,19 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+from pytorch_lightning.loggers import CSVLogger, Logger
 
 from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
 from seq2seq.checkpoint import AtomicCheckpointIO, average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.evaluate import evaluate_checkpoint
 from seq2seq.io import atomic_path
@@ -35,13 +40,16 @@ from seq2seq.translator import Translator, default_device
 
 log = logging.getLogger("seq2seq.train")
 
-MANAGED_TRAINER_KEYS = {
-    "callbacks",
-    "logger",
-    "default_root_dir",
-    "enable_checkpointing",
-    "plugins",
+MANAGED_TRAINER_KEYS = {  # and what to do instead
+    "callbacks": "remove it",
+    "logger": "choose one with logger=tensorboard|wandb|mlflow|none (conf/logger/) instead",
+    "default_root_dir": "remove it",
+    "enable_checkpointing": "remove it",
+    "plugins": "remove it",
 }
+
+# loggers whose package is an optional extra of seq2seq (pyproject.toml), by class name
+LOGGER_EXTRAS = {"WandbLogger": "wandb", "MLFlowLogger": "mlflow"}
 
 
 def trainer_arguments(config: RootConfig) -> dict:
@@ -49,7 +57,9 @@ def trainer_arguments(config: RootConfig) -> dict:
     accepted = inspect.signature(pl.Trainer.__init__).parameters
     for key in config.trainer:
         if key in MANAGED_TRAINER_KEYS:
-            raise ConfigError(f"config key 'trainer.{key}': set by seq2seq.train; remove it")
+            raise ConfigError(
+                f"config key 'trainer.{key}': set by seq2seq.train; {MANAGED_TRAINER_KEYS[key]}"
+            )
         if key not in accepted:
             raise ConfigError(
                 f"config key 'trainer.{key}': not an argument of lightning's Trainer "
@@ -68,7 +78,29 @@ def resume_command(run_dir: Path) -> str:
     return " ".join(shlex.quote(w) for w in [*words, "ckpt_path=auto"])
 
 
-def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelCheckpoint]:
+def build_logger(config: RootConfig, run_dir: Path) -> Logger | None:
+    """The `logger=` choice (conf/logger/), instantiated to write into the run directory."""
+    if config.logger is None:
+        return None
+    target = config.logger["_target_"]
+    extra = LOGGER_EXTRAS.get(target.rsplit(".", 1)[-1])
+    if extra is not None:
+        try:
+            importlib.import_module(extra)
+        except ImportError:
+            raise ConfigError(
+                f"config key 'logger': {target} needs the {extra} package, an optional extra: "
+                f'pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=none)'
+            ) from None
+    try:
+        return instantiate(config.logger, save_dir=str(run_dir))
+    except InstantiationException as e:
+        raise ConfigError(f"config key 'logger': {e}") from None
+
+
+def build_trainer(
+    config: RootConfig, run_dir: Path, logger: Logger | None
+) -> tuple[pl.Trainer, ModelCheckpoint]:
     checkpoints = run_dir / "checkpoints"
     best = ModelCheckpoint(
         dirpath=checkpoints,
@@ -113,10 +145,10 @@ def build_trainer(config: RootConfig, run_dir: Path) -> tuple[pl.Trainer, ModelC
                 auto_insert_metric_name=False,
             )
         )
-    loggers = [
-        CSVLogger(run_dir, name="", version=""),
-        TensorBoardLogger(run_dir, name="tensorboard", version=""),
-    ]
+    # metrics.csv always: the learning curve and resuming read it
+    loggers: list[Logger] = [CSVLogger(run_dir, name="", version="")]
+    if logger is not None:
+        loggers.append(logger)
     trainer = pl.Trainer(
         **trainer_arguments(config),
         callbacks=callbacks,
@@ -149,6 +181,28 @@ def resolve_resume(config: RootConfig, run_dir: Path) -> str | None:
     return config.ckpt_path
 
 
+def describe(config: RootConfig, tokenizer: Tokenizer) -> str:
+    t = config.tokenizer
+    return (
+        f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}, {t.model_type} "
+        f"{t.vocab_size} {'joint' if t.joint else 'separate'} (fingerprint "
+        f"{tokenizer.fingerprint[:12]})"
+    )
+
+
+def check_resume_tokenizer(ckpt_path: str, config: RootConfig, tokenizer: Tokenizer) -> None:
+    """A run resumes only with the vocabulary it was trained with: the embeddings depend on it."""
+    trained = load_trained(Path(ckpt_path))
+    if trained.tokenizer.fingerprint != tokenizer.fingerprint:
+        raise CheckpointError(
+            "cannot resume: the checkpoint's tokenizer does not match the data config:\n"
+            f"  checkpoint:  {describe(trained.config, trained.tokenizer)}\n"
+            f"  data config: {describe(config, tokenizer)}\n"
+            "Pass the data and tokenizer overrides of the run that wrote it (see config.yaml in "
+            "its run directory), e.g. the same experiment=..."
+        )
+
+
 def average_last(checkpoints: Path, k: int) -> Path | None:
     """Average the last k epoch checkpoints into averaged.ckpt (None if fewer than 2)."""
     epochs = sorted(checkpoints.glob("epoch*.ckpt"))[-k:]
@@ -173,10 +227,13 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
 
     Under data parallelism only the first process averages and returns a summary."""
     ckpt_path = resolve_resume(config, run_dir)
+    logger = build_logger(config, run_dir)  # before any work: a missing package fails early
     pl.seed_everything(config.seed, workers=True)
     data = TranslationDataModule(config)
     data.prepare_data()
     data.setup()
+    if ckpt_path is not None:
+        check_resume_tokenizer(ckpt_path, config, data.tokenizer)
     module = TranslationModule(config, data.tokenizer)
     total = sum(p.numel() for p in module.model.parameters())
     embeddings = module.model.tgt_embedding.tokens.weight.numel()
@@ -191,7 +248,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     with atomic_path(run_dir / "config.yaml") as tmp:
         tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
     data.tokenizer.save(run_dir / "tokenizer")
-    trainer, best = build_trainer(config, run_dir)
+    trainer, best = build_trainer(config, run_dir, logger)
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     seconds = time.perf_counter() - start
@@ -234,7 +291,8 @@ def main(config: RootConfig) -> None:
         return
     final = Path(summary["final_checkpoint"])
     if config.evaluate_after and config.data.test_sets:
-        summary["test"] = evaluate_checkpoint(config, final)["test_sets"]
+        scores = evaluate_checkpoint(final, config.decoding, asdict(config.data))
+        summary["test"] = scores["test_sets"]
     with atomic_path(run_dir / "run_summary.json") as tmp:  # written last: the run is complete
         tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print(f"run directory: {run_dir}\nfinal checkpoint: {final}")

@@ -145,22 +145,36 @@ def test_unwritable_output_directories(toy_files: Path, tmp_path: Path) -> None:
     assert result.returncode == 1 and f"{blocker}/run" in result.stderr
 
 
-def test_evaluate_refuses_another_vocabulary_and_a_corrupted_checkpoint(
+def test_resume_refuses_another_vocabulary(
     checkpoint: Path, toy_files: Path, tmp_path: Path
 ) -> None:
-    args = small_model(toy_files, tmp_path / "cache")
-    result = run("evaluate", tmp_path, *args, "tokenizer.vocab_size=50", f"ckpt_path={checkpoint}")
+    args = [*small_model(toy_files, tmp_path / "cache"), "tokenizer.vocab_size=50"]
+    result = run("train", tmp_path, *args, f"ckpt_path={checkpoint}", "hydra.run.dir=run")
     assert_fails(result, "the checkpoint's tokenizer does not match the data config")
     assert "checkpoint:" in result.stderr and "data config:" in result.stderr
+    assert_nothing_half_written(tmp_path / "run")
 
+
+def test_evaluate_refuses_a_corrupted_checkpoint_and_missing_test_files(
+    checkpoint: Path, tmp_path: Path
+) -> None:
     corrupted = tmp_path / "corrupted.ckpt"
     corrupted.write_bytes(checkpoint.read_bytes()[:5000])
-    result = run("evaluate", tmp_path, *args, f"ckpt_path={corrupted}")
+    result = run("evaluate", tmp_path, f"ckpt_path={corrupted}")
     assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
     result = run("translate", tmp_path, f"ckpt_path={corrupted}", stdin="a dog\n")
     assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
     result = run("translate", tmp_path, f"ckpt_path={tmp_path}", stdin="a dog\n")
     assert_fails(result, f"checkpoint {tmp_path} is a directory")
+
+    elsewhere = tmp_path / "elsewhere"
+    result = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", f"data.dir={elsewhere}")
+    assert_fails(
+        result, "test file(s) not found", str(elsewhere / "test.src"), "data.dir=/path/to/"
+    )
+    result = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", "data.test_sets=[dev]")
+    assert_fails(result, "config key 'data.test_sets': 'dev' is not one of data.splits")
+    assert not list(checkpoint.parent.glob("*.scores.json"))
 
 
 def test_translate_refuses_a_directory_as_input_or_output(checkpoint: Path, tmp_path: Path) -> None:

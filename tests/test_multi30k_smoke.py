@@ -46,7 +46,7 @@ def test_tiny_model_learns_multi30k_through_train_and_evaluate(shared_data: Path
 
     ckpt = tmp_path / "run" / "checkpoints" / "averaged.ckpt"
     evaluate = subprocess.run(
-        [sys.executable, "-m", "seq2seq.evaluate", *common, f"ckpt_path={ckpt}"],
+        [sys.executable, "-m", "seq2seq.evaluate", f"ckpt_path={ckpt}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

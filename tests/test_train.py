@@ -77,9 +77,9 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
 
 
 def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> None:
-    run_dir, overrides = overfit_run
+    run_dir, _ = overfit_run
     ckpt = run_dir / "checkpoints" / "best.ckpt"
-    result = run("evaluate", tmp_path, *overrides, f"ckpt_path={ckpt}", "decoding.beam_size=3")
+    result = run("evaluate", tmp_path, f"ckpt_path={ckpt}", "decoding.beam_size=3")
     assert result.returncode == 0, result.stderr[-3000:]
     scores = json.loads((ckpt.parent / "best.test.beam3-lp1.scores.json").read_text())["test_sets"]
     hypotheses = read_lines(ckpt.parent / "best.test.beam3-lp1.hyp")
@@ -90,16 +90,55 @@ def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> N
 
     test_scores = (ckpt.parent / "best.test.beam3-lp1.scores.json").read_bytes()
     again = run(
-        "evaluate",
-        tmp_path,
-        *overrides,
-        f"ckpt_path={ckpt}",
-        "decoding.beam_size=3",
-        "data.test_sets=[val]",
+        "evaluate", tmp_path, f"ckpt_path={ckpt}", "decoding.beam_size=3", "data.test_sets=[val]"
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert (ckpt.parent / "best.val.beam3-lp1.scores.json").is_file()
     assert (ckpt.parent / "best.test.beam3-lp1.scores.json").read_bytes() == test_scores
+
+
+def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
+    overfit_run, few_pairs: FewPairs, tmp_path: Path
+) -> None:
+    """No tokenizer training, no cache, no training split: the checkpoint carries the rest.
+    The checkpoint is rewritten with a config in the layout of earlier versions (no `logger`
+    key) and an empty cache directory."""
+    run_dir, _ = overfit_run
+    final = Path(json.loads((run_dir / "run_summary.json").read_text())["final_checkpoint"])
+    checkpoint = torch.load(final, map_location="cpu", weights_only=True)
+    cache = tmp_path / "empty_cache"
+    cache.mkdir()
+    saved = checkpoint["seq2seq"]["config"]
+    saved["paths"]["cache_dir"] = str(cache)
+    del saved["logger"]
+    ckpt = tmp_path / "model" / "final.ckpt"
+    ckpt.parent.mkdir()
+    torch.save(checkpoint, ckpt)
+    only_test = tmp_path / "only_test"
+    only_test.mkdir()
+    write_lines(only_test / "test.src", few_pairs.src)  # pairs.* (the training split) absent
+    write_lines(only_test / "test.tgt", few_pairs.tgt)
+
+    result = run(
+        "evaluate",
+        tmp_path,
+        f"ckpt_path={ckpt}",
+        "decoding=greedy",
+        f"data.dir={only_test}",
+        "data.splits.test.src=test.src",
+        "data.splits.test.tgt=test.tgt",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(cache.iterdir())
+    scores = json.loads((ckpt.parent / "final.test.greedy.scores.json").read_text())
+    before = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())
+    same = ("bleu", "chrf", "bleu_lc", "bleu_signature", "chrf_signature", "sentences")
+    for key in same:
+        assert scores["test_sets"]["test"][key] == before["test_sets"]["test"][key], key
+    assert scores["test_sets"]["test"]["references"] == str(only_test / "test.tgt")
+    assert read_lines(ckpt.parent / "final.test.greedy.hyp") == read_lines(
+        final.with_name(f"{final.stem}.test.greedy.hyp")
+    )
 
 
 def test_translate_keeps_lines_in_order_and_empty_lines_empty(
@@ -126,11 +165,13 @@ def test_translator_api_reproduces_the_training_pairs(overfit_run, few_pairs: Fe
     assert sum(o == r for o, r in zip(outputs, few_pairs.tgt, strict=True)) >= PAIRS * 0.8
 
 
-def test_mismatched_tokenizer_is_named(overfit_run, few_pairs: FewPairs, tmp_path: Path) -> None:
+def test_resuming_with_another_tokenizer_is_refused_naming_both(
+    overfit_run, few_pairs: FewPairs, tmp_path: Path
+) -> None:
     run_dir, _ = overfit_run
-    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    last = run_dir / "checkpoints" / "last.ckpt"
     overrides = few_pairs_overrides(few_pairs.directory, tmp_path / "cache", vocab_size=300)
-    result = run("evaluate", tmp_path, *overrides, f"ckpt_path={ckpt}")
+    result = run("train", tmp_path, *overrides, f"ckpt_path={last}", "hydra.run.dir=run")
     assert result.returncode == 1
     assert "tokenizer does not match" in result.stderr
     assert "bpe 400" in result.stderr and "bpe 300" in result.stderr
@@ -140,7 +181,8 @@ def test_mismatched_tokenizer_is_named(overfit_run, few_pairs: FewPairs, tmp_pat
 def test_evaluate_requires_a_checkpoint(tmp_path: Path) -> None:
     result = run("evaluate", tmp_path)
     assert result.returncode == 1
-    assert "error: config key 'ckpt_path': required" in result.stderr
+    assert "error: config key 'ckpt_path'" in result.stderr
+    assert "missing mandatory value" in result.stderr and "e.g. ckpt_path=" in result.stderr
 
 
 def test_bad_checkpoint_paths(tmp_path: Path) -> None:
