@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -17,7 +16,7 @@ from rich.table import Table
 
 from seq2seq.checkpoint import TrainedModel, load_trained
 from seq2seq.cli import entrypoint
-from seq2seq.config import DecodingConfig, RootConfig
+from seq2seq.config import DecodingConfig, RootConfig, config_to_dict
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import Tokenizer
@@ -61,7 +60,7 @@ def evaluate_checkpoint(config: RootConfig, ckpt_path: Path) -> dict:
     tag = decoding_tag(config.decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),
-        "decoding": asdict(config.decoding),
+        "decoding": config_to_dict(config.decoding),
         "test_sets": {},
     }
     for name in config.data.test_sets:

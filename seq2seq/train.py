@@ -11,7 +11,7 @@ import json
 import logging
 import shlex
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -24,7 +24,7 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
 from seq2seq.checkpoint import AtomicCheckpointIO, average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
-from seq2seq.config import RootConfig
+from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.evaluate import evaluate_checkpoint
@@ -189,7 +189,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     if config.compile:
         module.model.compile_layers()
     with atomic_path(run_dir / "config.yaml") as tmp:
-        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
+        tmp.write_text(OmegaConf.to_yaml(config_to_dict(config)))
     data.tokenizer.save(run_dir / "tokenizer")
     trainer, best = build_trainer(config, run_dir)
     start = time.perf_counter()
