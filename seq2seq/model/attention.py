@@ -46,6 +46,8 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
+    """Project queries, keys and values, attend per head, merge the heads and project back."""
+
     def __init__(
         self, d_model: int, heads: int, dropout: float = 0.0, score: Score = Score.scaled_dot
     ) -> None:
