@@ -1,9 +1,13 @@
-"""Checkpoints: written atomically, read for inference, averaged (Vaswani et al. 2017)."""
+"""Checkpoints: written atomically, read for inference, averaged (Vaswani et al. 2017).
+
+Checkpoints of earlier versions are read too: `upgrade_state_dict` renames their parameters.
+"""
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +41,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.fsync(f.fileno())
 
 
+# (pattern, replacement) for parameter names of earlier versions, applied in order
+_RENAMES = [
+    # the encoder's self-attention became an AttentionSite, like the decoder's sites
+    (
+        r"(encoder_layers\.\d+\.self_attention)\.(query|key_value|output|energy)\b",
+        r"\1.attention.\2",
+    ),
+    # MultiHeadAttention's projections say that they are projections
+    (r"(_attention\.attention)\.(query|key_value|output)\.", r"\1.\2_projection."),
+]
+
+
+def upgrade_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Parameter names of earlier versions -> today's, in the same order (so that Adam's
+    per-parameter state still matches on resume); today's names are kept as they are. Works
+    with and without the LightningModule's "model." prefix."""
+    upgraded = {}
+    for name, value in state_dict.items():
+        for pattern, replacement in _RENAMES:
+            name = re.sub(pattern, replacement, name)
+        upgraded[name] = value
+    return upgraded
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A seq2seq checkpoint on the CPU, its parameters under today's names."""
     path = Path(path)
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
@@ -54,6 +83,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(checkpoint, dict) or "seq2seq" not in checkpoint:
         raise CheckpointError(f"{path} is not a seq2seq checkpoint (written by seq2seq.train)")
+    checkpoint["state_dict"] = upgrade_state_dict(checkpoint["state_dict"])
     return checkpoint
 
 
@@ -85,7 +115,13 @@ def load_trained(path: Path) -> TrainedModel:
     config = validate_config(OmegaConf.create(upgrade_config(extra["config"])))
     tokenizer = Tokenizer(extra["src_model"], extra["tgt_model"])
     model = Transformer(
-        config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+        config.model,
+        tokenizer.src_vocab_size,
+        tokenizer.tgt_vocab_size,
+        tokenizer.joint,
+        pad_id=tokenizer.pad_id,
+        bos_id=tokenizer.bos_id,
+        eos_id=tokenizer.eos_id,
     )
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
     model.load_state_dict(state)

@@ -2,7 +2,8 @@
 
 Hydra composes the YAML files; `validate_config` then merges the result into this schema so that
 an unknown key, a value of the wrong type or a value that cannot work fails at start-up with a
-message naming the key, rather than deep inside a run.
+message naming the key, rather than deep inside a run. The `model` group's schema lives beside
+the model, in seq2seq/model/config.py.
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ConfigError, require
+from seq2seq.model.config import ModelConfig
 
 # The YAML files are the only home of default values: the dataclasses below declare keys, types
 # and checks, and have no defaults of their own.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"config key '{key}': {message}")
 
 
 @dataclass
@@ -58,8 +55,8 @@ class FilterConfig:
     ratio_min_len: int  # pairs shorter than this on both sides skip the ratio test
 
     def check(self) -> None:
-        _require(self.max_len >= 1, "data.filter.max_len", f"must be >= 1, got {self.max_len}")
-        _require(
+        require(self.max_len >= 1, "data.filter.max_len", f"must be >= 1, got {self.max_len}")
+        require(
             self.max_ratio >= 1.0, "data.filter.max_ratio", f"must be >= 1, got {self.max_ratio}"
         )
 
@@ -84,13 +81,13 @@ class DataConfig:
     def check(self) -> None:
         if self.languages is not None:
             for key, lang in (("data.src_lang", self.src_lang), ("data.tgt_lang", self.tgt_lang)):
-                _require(
+                require(
                     lang in self.languages,
                     key,
                     f"unknown language '{lang}' for {self.name}; choose one of "
                     f"{', '.join(self.languages)} (e.g. data.src_lang=en data.tgt_lang=de)",
                 )
-        _require(
+        require(
             self.src_lang != self.tgt_lang,
             "data.tgt_lang",
             f"source and target are both '{self.src_lang}'; pick two different languages",
@@ -99,26 +96,26 @@ class DataConfig:
             ("data.train_split", self.train_split),
             ("data.val_split", self.val_split),
         ]:
-            _require(
+            require(
                 split in self.splits,
                 key,
                 f"'{split}' is not one of data.splits ({', '.join(self.splits) or 'none'})",
             )
         for name in self.test_sets:
-            _require(
+            require(
                 name in self.splits,
                 "data.test_sets",
                 f"'{name}' is not one of data.splits ({', '.join(self.splits) or 'none'})",
             )
         self.filter.check()
-        _require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
-        _require(
+        require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
+        require(
             self.max_tokens >= self.filter.max_len + 1,
             "data.max_tokens",
             f"{self.max_tokens} cannot hold one training pair of data.filter.max_len="
             f"{self.filter.max_len} tokens plus BOS/EOS; raise data.max_tokens or lower the limit",
         )
-        _require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
+        require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
 
 
 @dataclass
@@ -131,115 +128,22 @@ class TokenizerConfig:
     seed: int
 
     def check(self) -> None:
-        _require(
+        require(
             self.model_type in ("bpe", "unigram"),
             "tokenizer.model_type",
             f"'{self.model_type}' is not supported; use bpe or unigram",
         )
-        _require(
+        require(
             self.vocab_size >= 300 if self.byte_fallback else self.vocab_size >= 8,
             "tokenizer.vocab_size",
             f"{self.vocab_size} is too small"
             + (" for byte_fallback (256 byte pieces + specials)" if self.byte_fallback else ""),
         )
-        _require(
+        require(
             0.9 <= self.character_coverage <= 1.0,
             "tokenizer.character_coverage",
             f"must be in [0.9, 1.0], got {self.character_coverage}",
         )
-
-
-STREAMS = ("source", "target")
-SCORES = ("scaled_dot", "dot", "additive")
-
-
-@dataclass
-class AttentionSiteConfig:
-    """Where one attention site takes its queries and keys/values from, and how it scores."""
-
-    query: str
-    key_value: str
-    score: str  # scaled_dot: QK^T/sqrt(d_k); dot: QK^T; additive: v.tanh(q+k)
-    heads: int | None  # None: model.heads
-
-    def check(self, site: str, d_model: int) -> None:
-        key = f"model.attention.{site}"
-        for field_name in ("query", "key_value"):
-            value = getattr(self, field_name)
-            _require(
-                value in STREAMS,
-                f"{key}.{field_name}",
-                f"'{value}' is not a stream; use source or target",
-            )
-        _require(self.score in SCORES, f"{key}.score", f"'{self.score}': use {', '.join(SCORES)}")
-        if self.heads is not None:
-            _require(self.heads >= 1, f"{key}.heads", f"must be >= 1, got {self.heads}")
-            _require(
-                d_model % self.heads == 0,
-                f"{key}.heads",
-                f"model.d_model={d_model} is not divisible by {self.heads} heads",
-            )
-
-
-@dataclass
-class AttentionConfig:
-    """The three attention sites (docs/attention.md): standard wiring by default."""
-
-    name: str  # the variant's name in ablation reports
-    encoder_self: AttentionSiteConfig
-    decoder_self: AttentionSiteConfig
-    cross: AttentionSiteConfig
-    allow_future_leak: bool  # True: no causal mask in the decoder (leak demonstration)
-
-    def check(self, d_model: int) -> None:
-        for site in ("encoder_self", "decoder_self", "cross"):
-            getattr(self, site).check(site, d_model)
-        encoder = self.encoder_self
-        _require(
-            encoder.query == "source" and encoder.key_value == "source",
-            "model.attention.encoder_self",
-            "the encoder never sees the target (there is none at inference, where the encoder "
-            "runs before any target token exists); use query=source key_value=source",
-        )
-
-
-@dataclass
-class ModelConfig:
-    name: str
-    d_model: int
-    heads: int
-    encoder_layers: int
-    decoder_layers: int
-    ffn_dim: int
-    dropout: float
-    attention_dropout: float
-    activation_dropout: float
-    positions: str
-    norm: str
-    tie_embeddings: bool
-    max_len: int
-    attention: AttentionConfig
-
-    def check(self) -> None:
-        self.attention.check(self.d_model)
-        _require(self.heads >= 1, "model.heads", f"must be >= 1, got {self.heads}")
-        _require(
-            self.d_model % self.heads == 0,
-            "model.heads",
-            f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}",
-        )
-        for key in ("encoder_layers", "decoder_layers", "ffn_dim", "max_len"):
-            value = getattr(self, key)
-            _require(value >= 1, f"model.{key}", f"must be >= 1, got {value}")
-        for key in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, key)
-            _require(0.0 <= value < 1.0, f"model.{key}", f"must be in [0, 1), got {value}")
-        _require(
-            self.positions in ("sinusoidal", "learned"),
-            "model.positions",
-            f"'{self.positions}' is not supported; use sinusoidal or learned",
-        )
-        _require(self.norm in ("pre", "post"), "model.norm", f"'{self.norm}': use pre or post")
 
 
 @dataclass
@@ -253,9 +157,9 @@ class OptimConfig:
     label_smoothing: float
 
     def check(self) -> None:
-        _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
-        _require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        _require(
+        require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
+        require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        require(
             0.0 <= self.label_smoothing < 1.0,
             "optim.label_smoothing",
             f"must be in [0, 1), got {self.label_smoothing}",
@@ -272,14 +176,14 @@ class DecodingConfig:
     long_inputs: str  # longer than the model's positions: truncate (warn) | error
 
     def check(self) -> None:
-        _require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
-        _require(
+        require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
+        require(
             self.long_inputs in ("truncate", "error"),
             "decoding.long_inputs",
             f"'{self.long_inputs}': use truncate or error",
         )
-        _require(self.batch_size >= 1, "decoding.batch_size", "must be >= 1")
-        _require(
+        require(self.batch_size >= 1, "decoding.batch_size", "must be >= 1")
+        require(
             self.max_len_a >= 0 and self.max_len_b >= 1,
             "decoding.max_len_a",
             "max_len_a must be >= 0 and max_len_b >= 1",
@@ -310,25 +214,25 @@ class RootConfig:
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
             group.check()
-        _require(
+        require(
             self.logger is None or "_target_" in self.logger,
             "logger",
             "names no _target_ (a Lightning logger class); pick an option of conf/logger/, "
             "e.g. logger=tensorboard or logger=none",
         )
-        _require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
-        _require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
-        _require(
+        require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
+        require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
+        require(
             self.checkpoint_every_n_steps >= 0,
             "checkpoint_every_n_steps",
             f"must be >= 0, got {self.checkpoint_every_n_steps}",
         )
-        _require(
+        require(
             self.on_nonfinite in ("skip", "stop"),
             "on_nonfinite",
             f"'{self.on_nonfinite}': use skip or stop",
         )
-        _require(
+        require(
             self.data.filter.max_len < self.model.max_len,
             "data.filter.max_len",
             f"training pairs of up to {self.data.filter.max_len} tokens plus BOS/EOS do not fit "
@@ -388,7 +292,7 @@ class VisualizeConfig:
 
     def check(self) -> None:
         self.decoding.check()
-        _require(
+        require(
             self.site in ("cross", "decoder_self"),
             "site",
             f"'{self.site}': use cross or decoder_self",
@@ -411,6 +315,12 @@ def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
         raise ConfigError(f"config key '{key}': {message}{hint}") from None
     config.check()
     return config
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A config as plain Python values, Enums as their YAML strings: what checkpoints and
+    config.yaml store, so that `torch.load(weights_only=True)` and `validate_config` read it."""
+    return OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
 
 
 def group_config(option: str, schema: type, overrides: Sequence[str] = ()) -> Any:

@@ -19,3 +19,9 @@ class CheckpointError(Seq2SeqError):
 
 class TrainingError(Seq2SeqError):
     """Training cannot go on (non-finite values), or was stopped by a signal."""
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise a ConfigError naming the config `key` unless `ok`: the one format of such errors."""
+    if not ok:
+        raise ConfigError(f"config key '{key}': {message}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,13 @@ from rich.table import Table
 
 from seq2seq.checkpoint import TrainedModel, load_trained
 from seq2seq.cli import entrypoint
-from seq2seq.config import DataConfig, DecodingConfig, EvaluateConfig, validate_config
+from seq2seq.config import (
+    DataConfig,
+    DecodingConfig,
+    EvaluateConfig,
+    config_to_dict,
+    validate_config,
+)
 from seq2seq.data.corpus import SplitPaths, ensure_available, read_parallel, split_paths
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import atomic_path
@@ -38,7 +43,7 @@ def decoding_tag(d: DecodingConfig) -> str:
 def evaluation_data(trained: TrainedModel, overrides: dict[str, Any]) -> DataConfig:
     """The checkpoint's data config with `overrides` merged over it, checked as a whole (so that
     errors name the key as `data.<key>`)."""
-    merged = OmegaConf.merge(asdict(trained.config), {"data": overrides})
+    merged = OmegaConf.merge(config_to_dict(trained.config), {"data": overrides})
     data = validate_config(merged).data
     if not data.test_sets:
         raise ConfigError(
@@ -76,7 +81,7 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     tag = decoding_tag(decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),
-        "decoding": asdict(decoding),
+        "decoding": config_to_dict(decoding),
         "test_sets": {},
     }
     for name, split in files.items():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -12,11 +11,11 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.config import RootConfig
+from seq2seq.checkpoint import upgrade_state_dict
+from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.batching import Batch
-from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import TrainingError
-from seq2seq.loss import label_smoothed_cross_entropy
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.optim import adamw, inverse_sqrt
@@ -30,7 +29,13 @@ class TranslationModule(pl.LightningModule):
         super().__init__()
         self.config, self.tokenizer = config, tokenizer
         self.model = Transformer(
-            config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+            config.model,
+            tokenizer.src_vocab_size,
+            tokenizer.tgt_vocab_size,
+            tokenizer.joint,
+            pad_id=tokenizer.pad_id,
+            bos_id=tokenizer.bos_id,
+            eos_id=tokenizer.eos_id,
         )
         self._hypotheses: dict[int, str] = {}
         self._last_step_end: float | None = None
@@ -38,14 +43,8 @@ class TranslationModule(pl.LightningModule):
 
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy per target token; padding ignored."""
-        memory, src_mask = self.model.encode(batch.src)
-        states = self.model.decode(batch.tgt_in, memory, src_mask)  # (B, T, d)
-        scored = batch.tgt_out != PAD_ID
-        loss = label_smoothed_cross_entropy(
-            states[scored],
-            self.model.output_projection.weight,
-            batch.tgt_out[scored],
-            self.config.optim.label_smoothing,
+        loss = self.model.loss(
+            batch.src, batch.tgt_in, batch.tgt_out, self.config.optim.label_smoothing
         )
         tokens = batch.tgt_tokens
         return loss / tokens, tokens
@@ -71,8 +70,14 @@ class TranslationModule(pl.LightningModule):
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, tokens = self.loss(batch)
         self.log("val/loss", loss, prog_bar=True, batch_size=tokens)
-        d = self.config.decoding
-        max_len = max_output_len(batch.src, d.max_len_a, d.max_len_b, self.config.model.max_len)
+        decoding = self.config.decoding
+        max_len = max_output_len(
+            batch.src,
+            decoding.max_len_a,
+            decoding.max_len_b,
+            self.config.model.max_len,
+            self.model.pad_id,
+        )
         outputs = greedy_search(self.model, batch.src, max_len)
         texts = self.tokenizer.decode_tgt(outputs)
         for index, text in zip(batch.index.tolist(), texts, strict=True):
@@ -124,7 +129,11 @@ class TranslationModule(pl.LightningModule):
                 )
         # everything needed to translate with this checkpoint alone
         checkpoint["seq2seq"] = {
-            "config": asdict(self.config),
+            "config": config_to_dict(self.config),
             "src_model": self.tokenizer.src_model,
             "tgt_model": self.tokenizer.tgt_model,
         }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Resuming (Lightning loads the state dict after this): earlier versions' names."""
+        checkpoint["state_dict"] = upgrade_state_dict(checkpoint["state_dict"])

@@ -13,7 +13,7 @@ import json
 import logging
 import shlex
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -28,7 +28,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
 from seq2seq.checkpoint import AtomicCheckpointIO, average_checkpoints, load_trained
 from seq2seq.cli import entrypoint
-from seq2seq.config import RootConfig
+from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import CheckpointError, ConfigError
@@ -246,7 +246,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     if config.compile:
         module.model.compile_layers()
     with atomic_path(run_dir / "config.yaml") as tmp:
-        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(asdict(config))))
+        tmp.write_text(OmegaConf.to_yaml(config_to_dict(config)))
     data.tokenizer.save(run_dir / "tokenizer")
     trainer, best = build_trainer(config, run_dir, logger)
     start = time.perf_counter()
@@ -291,7 +291,7 @@ def main(config: RootConfig) -> None:
         return
     final = Path(summary["final_checkpoint"])
     if config.evaluate_after and config.data.test_sets:
-        scores = evaluate_checkpoint(final, config.decoding, asdict(config.data))
+        scores = evaluate_checkpoint(final, config.decoding, config_to_dict(config.data))
         summary["test"] = scores["test_sets"]
     with atomic_path(run_dir / "run_summary.json") as tmp:  # written last: the run is complete
         tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

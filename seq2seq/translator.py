@@ -53,7 +53,7 @@ class Translator:
         (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
         """
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
-        limit = self.model.cfg.max_len - 1  # room for EOS
+        limit = self.model.config.max_len - 1  # room for EOS
         for number, seq in enumerate(ids, start=first_line):
             if len(seq) <= limit:
                 continue
@@ -80,9 +80,11 @@ class Translator:
 
     @torch.no_grad()
     def search(self, src: torch.Tensor) -> list[list[int]]:
-        d = self.decoding
+        decoding, model = self.decoding, self.model
         src = src.to(self.device)
-        max_len = max_output_len(src, d.max_len_a, d.max_len_b, self.model.cfg.max_len)
-        if d.beam_size == 1:
-            return greedy_search(self.model, src, max_len)
-        return beam_search(self.model, src, max_len, d.beam_size, d.length_penalty)
+        max_len = max_output_len(
+            src, decoding.max_len_a, decoding.max_len_b, model.config.max_len, model.pad_id
+        )
+        if decoding.beam_size == 1:
+            return greedy_search(model, src, max_len)
+        return beam_search(model, src, max_len, decoding.beam_size, decoding.length_penalty)

@@ -1,8 +1,9 @@
 """`python -m seq2seq.visualize ckpt_path=... text="..."`: attention heatmaps of one sentence.
 
-Translates the sentence, runs the model once more on its own output with attention weights
-on, and draws one panel per decoder layer (the mean over heads, or one per head) of the chosen
-site. Rows are the queries, columns the keys/values, whatever the wiring.
+Translates the sentence, runs the decoder once more on its own output asking for the attention
+weights (`Transformer.decode(..., need_weights=True)` returns them per layer and site), and
+draws one panel per decoder layer (the mean over heads, or one per head) of the chosen site.
+Rows are the queries, columns the keys/values, whatever the wiring.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from seq2seq.cli import entrypoint  # noqa: E402
 from seq2seq.config import VisualizeConfig  # noqa: E402
 from seq2seq.data.batching import collate  # noqa: E402
 from seq2seq.data.corpus import normalize  # noqa: E402
-from seq2seq.data.tokenizer import BOS_ID, Tokenizer  # noqa: E402
+from seq2seq.data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
+from seq2seq.model.config import Stream  # noqa: E402
 from seq2seq.model.transformer import Transformer  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
 
@@ -41,23 +43,21 @@ def attention_maps(
     src_ids = tokenizer.encode_src([normalize(text)])[0]
     src = collate([(0, np.asarray(src_ids), np.empty(0, dtype=np.int64))]).src
     [output] = translator.search(src)
-    tgt_in = torch.tensor([[BOS_ID, *output]])
+    tgt_in = torch.tensor([[tokenizer.bos_id, *output]])
     memory, src_mask = model.encode(src)
-    model.decode(tgt_in, memory, src_mask, need_weights=True)
-    labels = {
-        "source": [*pieces(tokenizer.src, src_ids), "</s>"],
-        "target": ["<s>", *pieces(tokenizer.tgt, output)],
-    }
+    _, weights_per_layer = model.decode(tgt_in, memory, src_mask, need_weights=True)
     maps = []
-    for layer in model.decoder_layers:
-        attention = getattr(layer, "cross_attention" if site == "cross" else "self_attention")
-        weights = attention.weights[0]  # (h, Q, K), or (h, T, S, T) for prefix attention
+    for layer_weights in weights_per_layer:
+        weights = layer_weights[site][0]  # (h, Q, K), or (h, T, S, T) for prefix attention
         if weights.dim() == 4:
             weights = weights[:, -1]  # the whole target: the last prefix
         maps.append(weights.numpy())
-    query = labels[attention.query_stream]
-    key = labels[attention.key_value_stream]
-    return maps, query, key, tokenizer.decode_tgt([output])[0]
+    labels = {
+        Stream.source: [*pieces(tokenizer.src, src_ids), "</s>"],
+        Stream.target: ["<s>", *pieces(tokenizer.tgt, output)],
+    }
+    wiring = getattr(model.config.attention, site)
+    return maps, labels[wiring.query], labels[wiring.key_value], tokenizer.decode_tgt([output])[0]
 
 
 def plot(maps, query, key, per_head: bool, title: str, output: Path) -> None:

@@ -17,9 +17,12 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONF_DIR, RootConfig, group_config, validate_config
+from seq2seq.data.tokenizer import Tokenizer
 
 ROOT = CONF_DIR.parent
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# what the model and search receive from the tokenizer: Transformer(..., **SPECIAL_IDS)
+SPECIAL_IDS = {"pad_id": Tokenizer.pad_id, "bos_id": Tokenizer.bos_id, "eos_id": Tokenizer.eos_id}
 
 
 def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
@@ -66,6 +69,49 @@ def random_batch(vocab: int) -> tuple:
     tgt = torch.randint(4, vocab, (3, 7))
     tgt[:, 0] = BOS_ID
     return src, tgt
+
+
+def wired_model(
+    decoder_self: tuple[str, str] = ("target", "target"),
+    cross: tuple[str, str] = ("target", "source"),
+    score: str = "scaled_dot",
+    *,
+    encoder_score: str | None = None,
+    cross_heads: int | None = None,
+    allow_future_leak: bool = False,
+    vocab: int = 40,
+):
+    """A small Transformer (seed 0, eval mode) with the given attention wiring: (query,
+    key_value) streams of the decoder sites, the score of every site (the encoder's may
+    differ), the heads of cross-attention."""
+    import torch
+
+    from seq2seq.model.config import AttentionSiteConfig, ModelConfig, Score, Stream
+    from seq2seq.model.transformer import Transformer
+
+    def site(streams: tuple[str, str], site_score: str, heads: int | None = None):
+        return AttentionSiteConfig(Stream(streams[0]), Stream(streams[1]), Score(site_score), heads)
+
+    torch.manual_seed(0)
+    attention = replace(
+        config_of("model/transformer_tiny", ModelConfig).attention,
+        encoder_self=site(("source", "source"), encoder_score or score),
+        decoder_self=site(decoder_self, score),
+        cross=site(cross, score, cross_heads),
+        allow_future_leak=allow_future_leak,
+    )
+    config = config_of(
+        "model/transformer_tiny",
+        ModelConfig,
+        d_model=32,
+        heads=4,
+        encoder_layers=1,
+        decoder_layers=2,
+        ffn_dim=64,
+        dropout=0.0,
+        attention=attention,
+    )
+    return Transformer(config, vocab, vocab, True, **SPECIAL_IDS).eval()
 
 
 def toy_corpus(n: int = 300) -> tuple[list[str], list[str]]:

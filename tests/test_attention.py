@@ -20,10 +20,11 @@ def test_equals_torch_multihead_attention_with_the_same_weights() -> None:
     ours = make()
     reference = nn.MultiheadAttention(32, 4, batch_first=True).eval()
     with torch.no_grad():
-        reference.in_proj_weight.copy_(torch.cat([ours.query.weight, ours.key_value.weight]))
-        reference.in_proj_bias.copy_(torch.cat([ours.query.bias, ours.key_value.bias]))
-        reference.out_proj.weight.copy_(ours.output.weight)
-        reference.out_proj.bias.copy_(ours.output.bias)
+        in_projections = [ours.query_projection, ours.key_value_projection]
+        reference.in_proj_weight.copy_(torch.cat([p.weight for p in in_projections]))
+        reference.in_proj_bias.copy_(torch.cat([p.bias for p in in_projections]))
+        reference.out_proj.weight.copy_(ours.output_projection.weight)
+        reference.out_proj.bias.copy_(ours.output_projection.bias)
     query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
     padding = torch.zeros(3, 7, dtype=torch.bool)
     padding[1, 4:] = True  # torch: True = ignore; ours: True = attend

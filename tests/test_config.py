@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
-from helpers import CONF_DIR, compose_config, split_file_overrides
+import io
 
-from seq2seq.config import EvaluateConfig, TranslateConfig, VisualizeConfig
+import pytest
+import torch
+from helpers import CONF_DIR, compose_config, split_file_overrides
+from omegaconf import OmegaConf
+
+from seq2seq.config import (
+    EvaluateConfig,
+    TranslateConfig,
+    VisualizeConfig,
+    config_to_dict,
+    validate_config,
+)
 from seq2seq.errors import ConfigError
+from seq2seq.model.config import Score, Stream
 
 OPTIONAL_GROUPS = {"ablation"}  # not in the defaults list: selected with +ablation=...
 
@@ -87,11 +98,39 @@ def test_experiment_preset_overrides_groups() -> None:
         (["data.max_tokens=64"], "data.max_tokens", "cannot hold one training pair"),
         (["tokenizer.model_type=wordpiece"], "tokenizer.model_type", "not supported"),
         (["data=parallel_files"], "data.splits.train.src", "issing mandatory value"),
+        (
+            ["model.attention.cross.query=sauce"],
+            "model.attention.cross.query",
+            "Invalid value 'sauce', expected one of [source, target]",
+        ),
+        (
+            ["model.attention.decoder_self.score=cosine"],
+            "model.attention.decoder_self.score",
+            "expected one of [scaled_dot, dot, additive]",
+        ),
+        (["model.norm=mid"], "model.norm", "expected one of [pre, post]"),
+        (["model.positions=rotary"], "model.positions", "expected one of [sinusoidal, learned]"),
     ],
 )
 def test_bad_config_names_the_key(overrides: list[str], key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
         compose_config(overrides)
     message = str(info.value)
-    assert f"'{key}'" in message
+    assert message.startswith(f"config key '{key}': ")
     assert words in message
+    assert "\n" not in message
+
+
+def test_config_to_dict_stores_enums_as_strings_and_round_trips() -> None:
+    config = compose_config(["+ablation=swapped_cross"])
+    assert config.model.attention.cross.query is Stream.source
+    stored = config_to_dict(config)
+    cross = stored["model"]["attention"]["cross"]
+    assert cross == {"query": "source", "key_value": "target", "score": "scaled_dot", "heads": None}
+    assert type(cross["query"]) is str and type(stored["model"]["norm"]) is str
+    buffer = io.BytesIO()
+    torch.save({"config": stored}, buffer)  # as in a checkpoint
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["config"]
+    assert validate_config(OmegaConf.create(loaded)) == config
+    assert loaded["model"]["attention"]["encoder_self"]["score"] == Score.scaled_dot.value

@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-from helpers import config_of
+from helpers import SPECIAL_IDS, config_of
 
-from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import beam_search, greedy_search, max_output_len
 
@@ -28,14 +28,15 @@ class TableModel:
     """A hand-built decoder whose next-token distribution depends on the last token only.
 
     Greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
-    (0.4 x 0.95 = 0.38), which a beam of 2 keeps.
+    (0.4 x 0.95 = 0.38), which a beam of 2 keeps. Search reads its special ids from it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> None:
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         p = torch.full((6, 6), 1e-9)
-        p[BOS_ID, A], p[BOS_ID, B] = 0.6, 0.4
-        p[A, EOS_ID], p[A, A], p[A, B] = 0.3, 0.35, 0.35
-        p[B, EOS_ID], p[B, A] = 0.95, 0.05
+        p[bos_id, A], p[bos_id, B] = 0.6, 0.4
+        p[A, eos_id], p[A, A], p[A, B] = 0.3, 0.35, 0.35
+        p[B, eos_id], p[B, A] = 0.95, 0.05
         self.log_p = (p / p.sum(-1, keepdim=True)).log()
 
     def start_decoding(self, src: torch.Tensor, beam: int = 1) -> TableState:
@@ -45,26 +46,27 @@ class TableModel:
         return self.log_p[tokens]
 
     def score(self, seq: list[int]) -> float:
-        tokens = [BOS_ID, *seq, EOS_ID]
+        tokens = [self.bos_id, *seq, self.eos_id]
         return sum(self.log_p[a, b].item() for a, b in zip(tokens, tokens[1:], strict=False))
 
 
-def test_beam_search_finds_the_better_sequence_greedy_misses() -> None:
-    model, src, max_len = TableModel(), torch.ones(1, 2, dtype=torch.long), torch.tensor([6])
+@pytest.mark.parametrize("ids", [(PAD_ID, BOS_ID, EOS_ID), (3, 0, 1)])
+def test_beam_search_finds_the_better_sequence_greedy_misses(ids: tuple[int, int, int]) -> None:
+    model, src, max_len = TableModel(*ids), torch.full((1, 2), 2), torch.tensor([6])
     [greedy] = greedy_search(model, src, max_len)
     [beam] = beam_search(model, src, max_len, beam=2, length_penalty=0.0)
     assert greedy[0] == A
-    assert beam == [B]
+    assert beam == [B]  # ended by the model's EOS id, whichever it is
     assert model.score(beam) > model.score(greedy)
     assert math.isclose(math.exp(model.score(beam)), 0.4 * 0.95, rel_tol=1e-6)
 
 
 def tiny_transformer() -> Transformer:
     torch.manual_seed(0)
-    cfg = config_of(
+    config = config_of(
         "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
     )
-    return Transformer(cfg, 30, 30, True).eval()
+    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
 
 
 def sources() -> torch.Tensor:
@@ -89,7 +91,7 @@ def test_beam_size_one_equals_greedy(length_penalty: float) -> None:
 @pytest.mark.parametrize("beam", [1, 3])
 def test_batched_search_equals_one_sentence_at_a_time(beam: int) -> None:
     model, src = tiny_transformer(), sources()
-    max_len = max_output_len(src, 1.5, 4, limit=256)
+    max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     batched = beam_search(model, src, max_len, beam=beam)
     for i in range(len(src)):
         row = src[i : i + 1]
@@ -111,5 +113,5 @@ def test_search_never_outputs_pad_or_bos() -> None:
 
 def test_max_output_len() -> None:
     src = torch.tensor([[5, 6, 7, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID]])
-    assert max_output_len(src, 1.5, 2, limit=256).tolist() == [6, 3]
-    assert max_output_len(src, 1.5, 2, limit=5).tolist() == [4, 3]
+    assert max_output_len(src, 1.5, 2, limit=256, pad_id=PAD_ID).tolist() == [6, 3]
+    assert max_output_len(src, 1.5, 2, limit=5, pad_id=PAD_ID).tolist() == [4, 3]

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers import config_of, random_batch
+import torch.nn.functional as F
+from helpers import SPECIAL_IDS, config_of, random_batch
 
-from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.config import ModelConfig, Norm, Positions
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
@@ -20,15 +21,15 @@ def tiny(**overrides) -> Transformer:
     settings = dict(
         d_model=32, heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=64, dropout=0.0
     )
-    cfg = config_of("model/transformer_tiny", ModelConfig, **{**settings, **overrides})
-    return Transformer(cfg, VOCAB, VOCAB, True).eval()
+    config = config_of("model/transformer_tiny", ModelConfig, **{**settings, **overrides})
+    return Transformer(config, VOCAB, VOCAB, True, **SPECIAL_IDS).eval()
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return random_batch(VOCAB)
 
 
-VARIANTS = [{}, {"norm": "post"}, {"positions": "learned"}]
+VARIANTS = [{}, {"norm": Norm.post}, {"positions": Positions.learned}]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -77,15 +78,32 @@ def test_source_padding_changes_nothing() -> None:
     torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_is_summed_label_smoothed_cross_entropy_over_non_pad_targets(smoothing) -> None:
+    model = tiny()
+    src, tgt = batch()
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:].clone()
+    tgt_out[0, 3:] = PAD_ID  # sentence 0 is shorter
+    expected = F.cross_entropy(
+        model(src, tgt_in).flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=PAD_ID,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
+    loss = model.loss(src, tgt_in, tgt_out, smoothing)
+    torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-5)
+
+
 def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
     model = tiny()
     shared = model.tgt_embedding.tokens.weight
     assert model.src_embedding.tokens.weight is shared
     assert model.output_projection.weight is shared
-    separate = Transformer(tiny().cfg, VOCAB, VOCAB + 5, False)
+    separate = Transformer(tiny().config, VOCAB, VOCAB + 5, False, **SPECIAL_IDS)
     assert separate.src_embedding.tokens.weight is not separate.tgt_embedding.tokens.weight
     assert separate.output_projection.weight is separate.tgt_embedding.tokens.weight
-    untied = Transformer(replace(tiny().cfg, tie_embeddings=False), 9, 9, True)
+    untied = Transformer(replace(tiny().config, tie_embeddings=False), 9, 9, True, **SPECIAL_IDS)
     assert untied.output_projection.weight is not untied.tgt_embedding.tokens.weight
 
 
@@ -96,6 +114,7 @@ def test_parameter_count_matches_the_architecture() -> None:
         v,
         v,
         True,
+        **SPECIAL_IDS,
     )
     attention = 4 * d * d + 4 * d
     feed_forward = 2 * d * f + d + f

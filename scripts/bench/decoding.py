@@ -24,6 +24,7 @@ class FixedLength:
 
     def __init__(self, model: IncrementalDecoder, length: int) -> None:
         self.model, self.length = model, length
+        self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
         return self.model.start_decoding(src, beam)
@@ -42,7 +43,7 @@ def greedy_without_cache(model: Transformer, src: Tensor, length: int) -> list[l
     memory, src_mask = model.encode(src)
     prefix = torch.full((src.shape[0], 1), BOS_ID, dtype=torch.long, device=src.device)
     for t in range(length + 1):
-        states = model.decode(prefix, memory, src_mask)  # (B, t + 1, d)
+        states, _ = model.decode(prefix, memory, src_mask)  # (B, t + 1, d)
         log_probs = model.output_projection(states[:, -1]).log_softmax(dim=-1)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
         if t < length:

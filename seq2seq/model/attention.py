@@ -1,10 +1,10 @@
 """Multi-head attention (Vaswani et al. 2017, section 3.2), one module for every site.
 
-Which sequence feeds the queries and which feeds the keys/values is an argument of `forward`:
-encoder self-attention passes the source twice, decoder self-attention the target twice, and
-standard cross-attention the target as `query` and the encoder output as `key_value`. The
-score function is a setting: scaled dot product (the paper), unscaled dot product, or additive
-(Bahdanau et al. 2015).
+Which sequence feeds the queries and which feeds the keys/values is an argument of `forward`
+(seq2seq/model/sites.py chooses them from the site's config): encoder self-attention passes the
+source twice, decoder self-attention the target twice, and standard cross-attention the target
+as `query` and the encoder output (memory) as `key_value`. The score function is a setting:
+scaled dot product (the paper), unscaled dot product, or additive (Bahdanau et al. 2015).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from seq2seq.model.config import Score
 
 
 class KVCache:
@@ -44,17 +46,18 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
+    """Project queries, keys and values, attend per head, merge the heads and project back."""
+
     def __init__(
-        self, d_model: int, heads: int, dropout: float = 0.0, score: str = "scaled_dot"
+        self, d_model: int, heads: int, dropout: float = 0.0, score: Score = Score.scaled_dot
     ) -> None:
         super().__init__()
         assert d_model % heads == 0, "d_model must be divisible by heads"
-        assert score in ("scaled_dot", "dot", "additive"), score
         self.heads, self.d_k, self.dropout, self.score = heads, d_model // heads, dropout, score
-        self.query = nn.Linear(d_model, d_model)
-        self.key_value = nn.Linear(d_model, 2 * d_model)
-        self.output = nn.Linear(d_model, d_model)
-        if score == "additive":  # v in v^T tanh(q + k), per head; q and k are the projections
+        self.query_projection = nn.Linear(d_model, d_model)
+        self.key_value_projection = nn.Linear(d_model, 2 * d_model)  # keys and values at once
+        self.output_projection = nn.Linear(d_model, d_model)
+        if score == Score.additive:  # v in v^T tanh(q + k), per head; q and k are the projections
             self.energy = nn.Parameter(torch.randn(heads, self.d_k) * self.d_k**-0.5)
 
     def _split_heads(self, x: Tensor) -> Tensor:
@@ -62,23 +65,23 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, self.heads, self.d_k).transpose(1, 2)
 
     def queries(self, x: Tensor) -> Tensor:
-        return self._split_heads(self.query(x))  # (B, h, T, d_k)
+        return self._split_heads(self.query_projection(x))  # (B, h, T, d_k)
 
     def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.key_value(x).chunk(2, dim=-1)
+        k, v = self.key_value_projection(x).chunk(2, dim=-1)
         return self._split_heads(k), self._split_heads(v)
 
     def merge(self, heads: Tensor) -> Tensor:
         """(B, h, T, d_k) -> output projection of the concatenated heads (B, T, d_model)."""
         b, _, t, _ = heads.shape
-        return self.output(heads.transpose(1, 2).reshape(b, t, self.heads * self.d_k))
+        return self.output_projection(heads.transpose(1, 2).reshape(b, t, self.heads * self.d_k))
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
         """Attention logits (B, h, Tq, Tk)."""
-        if self.score == "additive":
+        if self.score == Score.additive:
             hidden = torch.tanh(q[:, :, :, None] + k[:, :, None])  # (B, h, Tq, Tk, d_k)
             return torch.einsum("bhqkd,hd->bhqk", hidden, self.energy)
-        scale = 1.0 / math.sqrt(self.d_k) if self.score == "scaled_dot" else 1.0
+        scale = 1.0 / math.sqrt(self.d_k) if self.score == Score.scaled_dot else 1.0
         return q @ k.transpose(-2, -1) * scale
 
     def attend(
@@ -89,8 +92,8 @@ class MultiHeadAttention(nn.Module):
         `mask` is boolean, broadcastable to (B, h, Tq, Tk), True where attention is allowed.
         """
         dropout = self.dropout if self.training else 0.0
-        if not need_weights and self.score != "additive":  # torch's fused kernel
-            scale = None if self.score == "scaled_dot" else 1.0
+        if not need_weights and self.score != Score.additive:  # torch's fused kernel
+            scale = None if self.score == Score.scaled_dot else 1.0
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
             )

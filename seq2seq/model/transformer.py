@@ -3,6 +3,8 @@
 Pre-LN by default (Xiong et al. 2020: stable without a long warmup), post-LN as in the paper
 as an option. Embeddings are scaled by sqrt(d_model) and, when the vocabulary is joint, tied
 three ways: source embedding, target embedding and output projection (Press & Wolf 2017).
+Every attention is an `AttentionSite` (sites.py) wired by `model.attention` (docs/attention.md).
+The special token ids come from the tokenizer, at construction.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
-from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.loss import label_smoothed_cross_entropy
+from seq2seq.model.config import ModelConfig, Norm, Positions, Stream
 from seq2seq.model.sites import AttentionSite, SiteCache
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,15 @@ def sinusoidal_positions(length: int, d_model: int) -> Tensor:
 class Embedding(nn.Module):
     """Token embedding x sqrt(d_model) plus positions, then dropout."""
 
-    def __init__(self, tokens: nn.Embedding, cfg: ModelConfig) -> None:
+    def __init__(self, tokens: nn.Embedding, config: ModelConfig) -> None:
         super().__init__()
-        self.tokens, self.scale = tokens, math.sqrt(cfg.d_model)
-        if cfg.positions == "learned":
-            self.learned = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.tokens, self.scale = tokens, math.sqrt(config.d_model)
+        if config.positions == Positions.learned:
+            self.learned = nn.Embedding(config.max_len, config.d_model)
         else:
-            self.register_buffer(
-                "sinusoid", sinusoidal_positions(cfg.max_len, cfg.d_model), persistent=False
-            )
-        self.dropout = nn.Dropout(cfg.dropout)
+            table = sinusoidal_positions(config.max_len, config.d_model)
+            self.register_buffer("sinusoid", table, persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
@@ -52,71 +52,97 @@ class Embedding(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.expand = nn.Linear(cfg.d_model, cfg.ffn_dim)
-        self.contract = nn.Linear(cfg.ffn_dim, cfg.d_model)
-        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.expand = nn.Linear(config.d_model, config.ffn_dim)
+        self.contract = nn.Linear(config.ffn_dim, config.d_model)
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.contract(self.activation_dropout(F.relu(self.expand(x))))
 
 
 class Residual(nn.Module):
-    """x + dropout(sublayer(x)) with layer norm before (pre-LN) or after (post-LN)."""
+    """x + dropout(sublayer(x)) with layer norm before (pre-LN) or after (post-LN):
+    the sublayer reads `sublayer_input(x)`, and `forward(x, its output)` adds it to x."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.pre_norm = cfg.norm == "pre"
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == Norm.pre
 
-    def forward(self, x: Tensor, sublayer) -> Tensor:
-        if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else self.norm(x)
+
+
+def attention_site(config: ModelConfig, site: str, home: Stream) -> AttentionSite:
+    """The site `site` of `model.attention` (encoder_self, decoder_self or cross), updating the
+    `home` stream: the source in the encoder, the target in the decoder."""
+    return AttentionSite(
+        getattr(config.attention, site),
+        home,
+        config.d_model,
+        config.heads,
+        config.attention_dropout,
+        causal=not config.attention.allow_future_leak,
+    )
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        site = cfg.attention.encoder_self
-        self.self_attention = MultiHeadAttention(
-            cfg.d_model, site.heads or cfg.heads, cfg.attention_dropout, site.score
-        )
-        self.feed_forward = FeedForward(cfg)
-        self.attention_block, self.feed_forward_block = Residual(cfg), Residual(cfg)
+        self.self_attention = attention_site(config, "encoder_self", home=Stream.source)
+        self.feed_forward = FeedForward(config)
+        self.attention_block, self.feed_forward_block = Residual(config), Residual(config)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        x = self.attention_block(x, lambda h: self.self_attention(h, h, src_mask)[0])
-        return self.feed_forward_block(x, self.feed_forward)
+        """x (B, S, d): the source states; src_mask (B, 1, 1, S)."""
+        h = self.attention_block.sublayer_input(x)
+        x = self.attention_block(x, self.self_attention(h, None, src_mask)[0])
+        h = self.feed_forward_block.sublayer_input(x)
+        return self.feed_forward_block(x, self.feed_forward(h))
+
+
+LayerWeights = dict[str, Tensor | None]  # a decoder layer's weights by site: decoder_self, cross
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        wiring, causal = cfg.attention, not cfg.attention.allow_future_leak
-        args = (cfg.d_model, cfg.heads, cfg.attention_dropout, causal)
-        self.self_attention = AttentionSite(wiring.decoder_self, *args)
-        self.cross_attention = AttentionSite(wiring.cross, *args)
-        self.feed_forward = FeedForward(cfg)
-        self.self_block, self.cross_block = Residual(cfg), Residual(cfg)
-        self.feed_forward_block = Residual(cfg)
+        self.self_attention = attention_site(config, "decoder_self", home=Stream.target)
+        self.cross_attention = attention_site(config, "cross", home=Stream.target)
+        self.feed_forward = FeedForward(config)
+        self.self_block, self.cross_block = Residual(config), Residual(config)
+        self.feed_forward_block = Residual(config)
 
     def forward(
         self, y: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
-    ) -> Tensor:
+    ) -> tuple[Tensor, LayerWeights]:
         """Full pass over the target y (B, T, d) with the encoder output memory (B, S, d)."""
-        y = self.self_block(y, lambda h: self.self_attention(h, memory, src_mask, need_weights))
-        y = self.cross_block(y, lambda h: self.cross_attention(h, memory, src_mask, need_weights))
-        return self.feed_forward_block(y, self.feed_forward)
+        h = self.self_block.sublayer_input(y)
+        attended, self_weights = self.self_attention(h, memory, src_mask, need_weights)
+        y = self.self_block(y, attended)
+        h = self.cross_block.sublayer_input(y)
+        attended, cross_weights = self.cross_attention(h, memory, src_mask, need_weights)
+        y = self.cross_block(y, attended)
+        h = self.feed_forward_block.sublayer_input(y)
+        y = self.feed_forward_block(y, self.feed_forward(h))
+        return y, {"decoder_self": self_weights, "cross": cross_weights}
 
     def step(self, y: Tensor, caches: tuple[SiteCache, SiteCache], src_mask: Tensor) -> Tensor:
         """One decoding step: y (N, 1, d)."""
         self_cache, cross_cache = caches
-        y = self.self_block(y, lambda h: self.self_attention.step(h, self_cache, src_mask))
-        y = self.cross_block(y, lambda h: self.cross_attention.step(h, cross_cache, src_mask))
-        return self.feed_forward_block(y, self.feed_forward)
+        h = self.self_block.sublayer_input(y)
+        y = self.self_block(y, self.self_attention.step(h, self_cache, src_mask))
+        h = self.cross_block.sublayer_input(y)
+        y = self.cross_block(y, self.cross_attention.step(h, cross_cache, src_mask))
+        h = self.feed_forward_block.sublayer_input(y)
+        return self.feed_forward_block(y, self.feed_forward(h))
 
 
 class DecoderState:
@@ -135,30 +161,47 @@ class DecoderState:
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool):
+    def __init__(
+        self,
+        config: ModelConfig,
+        src_vocab: int,
+        tgt_vocab: int,
+        joint_vocab: bool,
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+    ) -> None:
         super().__init__()
-        cfg.check()  # e.g. a wiring that feeds the target to the encoder fails here, saying why
-        self.cfg = cfg
-        if cfg.attention.allow_future_leak:
+        config.check()  # e.g. a wiring that feeds the target to the encoder fails here, saying why
+        self.config = config
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id  # search reads them too
+        if config.attention.allow_future_leak:
             log.warning(
                 "model.attention.allow_future_leak=true: the decoder sees later target tokens "
                 "in training, which it cannot at inference; for demonstrating leakage only"
             )
-        tgt_tokens = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
-        tie_source = cfg.tie_embeddings and joint_vocab and src_vocab == tgt_vocab
+        tgt_tokens = nn.Embedding(tgt_vocab, config.d_model, padding_idx=pad_id)
+        tie_source = config.tie_embeddings and joint_vocab and src_vocab == tgt_vocab
         src_tokens = (
-            tgt_tokens if tie_source else nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD_ID)
+            tgt_tokens
+            if tie_source
+            else nn.Embedding(src_vocab, config.d_model, padding_idx=pad_id)
         )
-        self.src_embedding = Embedding(src_tokens, cfg)
-        self.tgt_embedding = Embedding(tgt_tokens, cfg)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
-        pre_norm = cfg.norm == "pre"  # pre-LN needs a final norm on each stack's output
-        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre_norm else nn.Identity()
-        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.src_embedding = Embedding(src_tokens, config)
+        self.tgt_embedding = Embedding(tgt_tokens, config)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(config) for _ in range(config.encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.decoder_layers)
+        )
+        pre_norm = config.norm == Norm.pre  # pre-LN needs a final norm on each stack's output
+        self.encoder_norm = nn.LayerNorm(config.d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.d_model) if pre_norm else nn.Identity()
+        self.output_projection = nn.Linear(config.d_model, tgt_vocab, bias=False)
         self._init_weights()
-        if cfg.tie_embeddings:
+        if config.tie_embeddings:
             self.output_projection.weight = tgt_tokens.weight
 
     def _init_weights(self) -> None:
@@ -168,7 +211,7 @@ class Transformer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=self.cfg.d_model**-0.5)
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
                 if module.padding_idx is not None:
                     nn.init.zeros_(module.weight[module.padding_idx])
 
@@ -180,7 +223,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, d) and the source padding mask (B, 1, 1, S)."""
-        src_mask = (src != PAD_ID)[:, None, None, :]
+        src_mask = (src != self.pad_id)[:, None, None, :]
         x = self.src_embedding(src)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
@@ -188,17 +231,32 @@ class Transformer(nn.Module):
 
     def decode(
         self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
-    ) -> Tensor:
-        """Teacher-forced decoder: tgt_in (B, T) -> final decoder states (B, T, d)."""
+    ) -> tuple[Tensor, list[LayerWeights] | None]:
+        """Teacher-forced decoder: tgt_in (B, T) -> final decoder states (B, T, d), and with
+        `need_weights` each layer's attention weights by site (AttentionSite.forward)."""
         y = self.tgt_embedding(tgt_in)
+        weights = []
         for layer in self.decoder_layers:
-            y = layer(y, memory, src_mask, need_weights)
-        return self.decoder_norm(y)
+            y, layer_weights = layer(y, memory, src_mask, need_weights)
+            weights.append(layer_weights)
+        return self.decoder_norm(y), weights if need_weights else None
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
         memory, src_mask = self.encode(src)
-        return self.output_projection(self.decode(tgt_in, memory, src_mask))
+        states, _ = self.decode(tgt_in, memory, src_mask)
+        return self.output_projection(states)
+
+    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float) -> Tensor:
+        """Summed label-smoothed cross-entropy of the next tokens tgt_out (B, T), padding
+        ignored. The output projection is fused into the loss (seq2seq/loss.py): the (B, T, V)
+        logits never exist whole."""
+        memory, src_mask = self.encode(src)
+        states, _ = self.decode(tgt_in, memory, src_mask)  # (B, T, d)
+        scored = tgt_out != self.pad_id
+        return label_smoothed_cross_entropy(
+            states[scored], self.output_projection.weight, tgt_out[scored], label_smoothing
+        )
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
         """Encode once; what depends on the source alone (e.g. cross-attention keys/values)
