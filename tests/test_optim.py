@@ -8,15 +8,16 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers import config_of
+from helpers import SPECIAL_IDS, config_of
 
-from seq2seq.config import AttentionSiteConfig, ModelConfig, OptimConfig
+from seq2seq.config import OptimConfig
+from seq2seq.model.config import AttentionSiteConfig, ModelConfig, Positions, Score, Stream
 from seq2seq.model.transformer import Transformer
 from seq2seq.optim import adamw, decayed_parameters, inverse_sqrt
 
 VOCAB = 40
-LINEAR_WEIGHTS = ("query.weight", "key_value.weight", "output.weight", "expand.weight")
-LINEAR_WEIGHTS += ("contract.weight",)
+LINEAR_WEIGHTS = ("query_projection.weight", "key_value_projection.weight")
+LINEAR_WEIGHTS += ("attention.output_projection.weight", "expand.weight", "contract.weight")
 
 
 def three_steps(fused: bool, mixed: bool = False) -> tuple[list[torch.Tensor], torch.optim.AdamW]:
@@ -55,7 +56,7 @@ def tiny_transformer(tie_embeddings: bool = True) -> Transformer:
     embeddings, learned positions, additive-attention energy vectors."""
     torch.manual_seed(0)
     cfg = config_of("model/transformer_tiny", ModelConfig)
-    additive = AttentionSiteConfig("source", "source", "additive", None)
+    additive = AttentionSiteConfig(Stream.source, Stream.source, Score.additive, None)
     cfg = replace(
         cfg,
         d_model=32,
@@ -64,11 +65,11 @@ def tiny_transformer(tie_embeddings: bool = True) -> Transformer:
         decoder_layers=1,
         ffn_dim=64,
         dropout=0.0,
-        positions="learned",
+        positions=Positions.learned,
         tie_embeddings=tie_embeddings,
         attention=replace(cfg.attention, encoder_self=additive),
     )
-    return Transformer(cfg, VOCAB, VOCAB, True)
+    return Transformer(cfg, VOCAB, VOCAB, True, **SPECIAL_IDS)
 
 
 @pytest.mark.parametrize("tie_embeddings", [True, False])
