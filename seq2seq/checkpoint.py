@@ -114,15 +114,7 @@ def load_trained(path: Path) -> TrainedModel:
     extra = checkpoint["seq2seq"]
     config = validate_config(OmegaConf.create(upgrade_config(extra["config"])))
     tokenizer = Tokenizer(extra["src_model"], extra["tgt_model"])
-    model = Transformer(
-        config.model,
-        tokenizer.src_vocab_size,
-        tokenizer.tgt_vocab_size,
-        tokenizer.joint,
-        pad_id=tokenizer.pad_id,
-        bos_id=tokenizer.bos_id,
-        eos_id=tokenizer.eos_id,
-    )
+    model = Transformer.for_vocabulary(config.model, tokenizer)
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
     model.load_state_dict(state)
     return TrainedModel(model.eval(), tokenizer, config)

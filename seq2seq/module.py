@@ -28,15 +28,7 @@ class TranslationModule(pl.LightningModule):
     def __init__(self, config: RootConfig, tokenizer: Tokenizer) -> None:
         super().__init__()
         self.config, self.tokenizer = config, tokenizer
-        self.model = Transformer(
-            config.model,
-            tokenizer.src_vocab_size,
-            tokenizer.tgt_vocab_size,
-            tokenizer.joint,
-            pad_id=tokenizer.pad_id,
-            bos_id=tokenizer.bos_id,
-            eos_id=tokenizer.eos_id,
-        )
+        self.model = Transformer.for_vocabulary(config.model, tokenizer)
         self._hypotheses: dict[int, str] = {}
         self._last_step_end: float | None = None
         self.skipped_steps = 0  # updates skipped for NaN/inf (on_nonfinite=skip)

@@ -80,10 +80,11 @@ def wired_model(
     cross_heads: int | None = None,
     allow_future_leak: bool = False,
     vocab: int = 40,
+    **model_fields: Any,
 ):
     """A small Transformer (seed 0, eval mode) with the given attention wiring: (query,
     key_value) streams of the decoder sites, the score of every site (the encoder's may
-    differ), the heads of cross-attention."""
+    differ), the heads of cross-attention; `model_fields` replace other ModelConfig fields."""
     import torch
 
     from seq2seq.model.config import AttentionSiteConfig, ModelConfig, Score, Stream
@@ -100,17 +101,9 @@ def wired_model(
         cross=site(cross, score, cross_heads),
         allow_future_leak=allow_future_leak,
     )
-    config = config_of(
-        "model/transformer_tiny",
-        ModelConfig,
-        d_model=32,
-        heads=4,
-        encoder_layers=1,
-        decoder_layers=2,
-        ffn_dim=64,
-        dropout=0.0,
-        attention=attention,
-    )
+    small = dict(d_model=32, heads=4, encoder_layers=1, decoder_layers=2, ffn_dim=64, dropout=0.0)
+    fields = {**small, "attention": attention, **model_fields}
+    config = config_of("model/transformer_tiny", ModelConfig, **fields)
     return Transformer(config, vocab, vocab, True, **SPECIAL_IDS).eval()
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SPECIAL_IDS, compose_config, few_pairs_overrides, random_batch
+from helpers import ROOT, SPECIAL_IDS, compose_config, config_of, few_pairs_overrides, random_batch
 
+from seq2seq.config import config_to_dict
+from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
@@ -30,23 +32,9 @@ def test_every_ablation_preset_composes_and_builds(variant: str) -> None:
 
 def fake_run(directory: Path, variant: str, bleu: float, cross: dict) -> None:
     (directory / ".hydra").mkdir(parents=True)
-    attention = {
-        "name": variant,
-        "encoder_self": {
-            "query": "source",
-            "key_value": "source",
-            "score": "scaled_dot",
-            "heads": None,
-        },
-        "decoder_self": {
-            "query": "target",
-            "key_value": "target",
-            "score": "scaled_dot",
-            "heads": None,
-        },
-        "cross": {"score": "scaled_dot", "heads": None, **cross},
-        "allow_future_leak": False,
-    }
+    standard = config_of("model/transformer_tiny", ModelConfig).attention
+    attention = {**config_to_dict(standard), "name": variant}
+    attention["cross"].update(cross)
     config = {"model": {"attention": attention}, "data": {"test_sets": ["test_2016_flickr"]}}
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     test = {"bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|case:mixed|tok:13a"}

@@ -33,48 +33,44 @@ from seq2seq.translator import Translator
 
 VOCAB = 40
 
-# state_dict() of Transformer(OLD_MODEL_CONFIG, 40, 40, joint_vocab=True) at commit 000c687
+
+WEIGHT_BIAS = ("weight", "bias")
+
+
+def old_attention(prefix: str, additive: bool) -> list[tuple[str, tuple[int, ...]]]:
+    """One attention module's parameters as named at commit 000c687 (d_model 16, 2 heads)."""
+    energy = [(f"{prefix}.energy", (2, 8))] if additive else []
+    return energy + [
+        (f"{prefix}.{name}.{kind}", shape if kind == "weight" else shape[:1])
+        for name, shape in (("query", (16, 16)), ("key_value", (32, 16)), ("output", (16, 16)))
+        for kind in WEIGHT_BIAS
+    ]
+
+
+def old_block(prefix: str, blocks: tuple[str, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """A layer's feed-forward and layer-norm parameters as named at commit 000c687."""
+    feed_forward = [
+        (f"{prefix}.feed_forward.{name}.{kind}", shape if kind == "weight" else shape[:1])
+        for name, shape in (("expand", (32, 16)), ("contract", (16, 32)))
+        for kind in WEIGHT_BIAS
+    ]
+    norms = [
+        (f"{prefix}.{block}.norm.{kind}", (16,)) for block in blocks for kind in ("weight", "bias")
+    ]
+    return feed_forward + norms
+
+
+# state_dict() of Transformer(OLD_MODEL_CONFIG, 40, 40, joint_vocab=True) at commit 000c687, in
+# its order: the encoder's self-attention was a MultiHeadAttention of its own, and every
+# attention's projections were named query / key_value / output
 OLD_STATE = [
     ("src_embedding.tokens.weight", (40, 16)),
     ("tgt_embedding.tokens.weight", (40, 16)),
-    ("encoder_layers.0.self_attention.energy", (2, 8)),
-    ("encoder_layers.0.self_attention.query.weight", (16, 16)),
-    ("encoder_layers.0.self_attention.query.bias", (16,)),
-    ("encoder_layers.0.self_attention.key_value.weight", (32, 16)),
-    ("encoder_layers.0.self_attention.key_value.bias", (32,)),
-    ("encoder_layers.0.self_attention.output.weight", (16, 16)),
-    ("encoder_layers.0.self_attention.output.bias", (16,)),
-    ("encoder_layers.0.feed_forward.expand.weight", (32, 16)),
-    ("encoder_layers.0.feed_forward.expand.bias", (32,)),
-    ("encoder_layers.0.feed_forward.contract.weight", (16, 32)),
-    ("encoder_layers.0.feed_forward.contract.bias", (16,)),
-    ("encoder_layers.0.attention_block.norm.weight", (16,)),
-    ("encoder_layers.0.attention_block.norm.bias", (16,)),
-    ("encoder_layers.0.feed_forward_block.norm.weight", (16,)),
-    ("encoder_layers.0.feed_forward_block.norm.bias", (16,)),
-    ("decoder_layers.0.self_attention.attention.query.weight", (16, 16)),
-    ("decoder_layers.0.self_attention.attention.query.bias", (16,)),
-    ("decoder_layers.0.self_attention.attention.key_value.weight", (32, 16)),
-    ("decoder_layers.0.self_attention.attention.key_value.bias", (32,)),
-    ("decoder_layers.0.self_attention.attention.output.weight", (16, 16)),
-    ("decoder_layers.0.self_attention.attention.output.bias", (16,)),
-    ("decoder_layers.0.cross_attention.attention.energy", (2, 8)),
-    ("decoder_layers.0.cross_attention.attention.query.weight", (16, 16)),
-    ("decoder_layers.0.cross_attention.attention.query.bias", (16,)),
-    ("decoder_layers.0.cross_attention.attention.key_value.weight", (32, 16)),
-    ("decoder_layers.0.cross_attention.attention.key_value.bias", (32,)),
-    ("decoder_layers.0.cross_attention.attention.output.weight", (16, 16)),
-    ("decoder_layers.0.cross_attention.attention.output.bias", (16,)),
-    ("decoder_layers.0.feed_forward.expand.weight", (32, 16)),
-    ("decoder_layers.0.feed_forward.expand.bias", (32,)),
-    ("decoder_layers.0.feed_forward.contract.weight", (16, 32)),
-    ("decoder_layers.0.feed_forward.contract.bias", (16,)),
-    ("decoder_layers.0.self_block.norm.weight", (16,)),
-    ("decoder_layers.0.self_block.norm.bias", (16,)),
-    ("decoder_layers.0.cross_block.norm.weight", (16,)),
-    ("decoder_layers.0.cross_block.norm.bias", (16,)),
-    ("decoder_layers.0.feed_forward_block.norm.weight", (16,)),
-    ("decoder_layers.0.feed_forward_block.norm.bias", (16,)),
+    *old_attention("encoder_layers.0.self_attention", additive=True),
+    *old_block("encoder_layers.0", ("attention_block", "feed_forward_block")),
+    *old_attention("decoder_layers.0.self_attention.attention", additive=False),
+    *old_attention("decoder_layers.0.cross_attention.attention", additive=True),
+    *old_block("decoder_layers.0", ("self_block", "cross_block", "feed_forward_block")),
     ("encoder_norm.weight", (16,)),
     ("encoder_norm.bias", (16,)),
     ("decoder_norm.weight", (16,)),

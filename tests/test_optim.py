@@ -4,14 +4,13 @@ weight decay on linear weight matrices only; the inverse square-root schedule.""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 import torch
-from helpers import SPECIAL_IDS, config_of
+from helpers import config_of, wired_model
 
 from seq2seq.config import OptimConfig
-from seq2seq.model.config import AttentionSiteConfig, ModelConfig, Positions, Score, Stream
+from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
 from seq2seq.optim import adamw, decayed_parameters, inverse_sqrt
 
@@ -54,22 +53,12 @@ def test_mixed_precision_uses_the_foreach_kernel() -> None:
 def tiny_transformer(tie_embeddings: bool = True) -> Transformer:
     """Every kind of parameter: linear weights and biases, layer norms, tied or untied
     embeddings, learned positions, additive-attention energy vectors."""
-    torch.manual_seed(0)
-    cfg = config_of("model/transformer_tiny", ModelConfig)
-    additive = AttentionSiteConfig(Stream.source, Stream.source, Score.additive, None)
-    cfg = replace(
-        cfg,
-        d_model=32,
-        heads=4,
-        encoder_layers=1,
+    return wired_model(
+        encoder_score="additive",
         decoder_layers=1,
-        ffn_dim=64,
-        dropout=0.0,
         positions=Positions.learned,
         tie_embeddings=tie_embeddings,
-        attention=replace(cfg.attention, encoder_self=additive),
     )
-    return Transformer(cfg, VOCAB, VOCAB, True, **SPECIAL_IDS)
 
 
 @pytest.mark.parametrize("tie_embeddings", [True, False])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -160,7 +161,32 @@ class DecoderState:
                 cache.reorder(index)
 
 
+class Vocabulary(Protocol):
+    """What the model needs of a tokenizer (seq2seq.data.tokenizer.Tokenizer has it): sizes,
+    whether source and target share one vocabulary, and the special token ids."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    joint: bool
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+
 class Transformer(nn.Module):
+    @classmethod
+    def for_vocabulary(cls, config: ModelConfig, vocabulary: Vocabulary) -> Transformer:
+        """The model for a tokenizer's vocabulary: how training and checkpoints build it."""
+        return cls(
+            config,
+            vocabulary.src_vocab_size,
+            vocabulary.tgt_vocab_size,
+            vocabulary.joint,
+            pad_id=vocabulary.pad_id,
+            bos_id=vocabulary.bos_id,
+            eos_id=vocabulary.eos_id,
+        )
+
     def __init__(
         self,
         config: ModelConfig,
