@@ -182,10 +182,11 @@ def resolve_resume(config: RootConfig, run_dir: Path) -> str | None:
 
 
 def describe(config: RootConfig, tokenizer: Tokenizer) -> str:
-    t = config.tokenizer
+    settings = config.tokenizer
     return (
-        f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}, {t.model_type} "
-        f"{t.vocab_size} {'joint' if t.joint else 'separate'} (fingerprint "
+        f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}, "
+        f"{settings.model_type} {settings.vocab_size} "
+        f"{'joint' if settings.joint else 'separate'} (fingerprint "
         f"{tokenizer.fingerprint[:12]})"
     )
 

@@ -51,26 +51,26 @@ def marian_like(config: RootConfig, vocab: int) -> nn.Module:
     """MarianMTModel of our model's shape: same widths, depths, heads, vocabulary, ties."""
     from transformers import MarianConfig, MarianMTModel
 
-    m = config.model
+    model = config.model
     return MarianMTModel(
         MarianConfig(
             vocab_size=vocab,
             decoder_vocab_size=vocab,
-            d_model=m.d_model,
-            encoder_layers=m.encoder_layers,
-            decoder_layers=m.decoder_layers,
-            encoder_attention_heads=m.heads,
-            decoder_attention_heads=m.heads,
-            encoder_ffn_dim=m.ffn_dim,
-            decoder_ffn_dim=m.ffn_dim,
+            d_model=model.d_model,
+            encoder_layers=model.encoder_layers,
+            decoder_layers=model.decoder_layers,
+            encoder_attention_heads=model.heads,
+            decoder_attention_heads=model.heads,
+            encoder_ffn_dim=model.ffn_dim,
+            decoder_ffn_dim=model.ffn_dim,
             activation_function="relu",
-            dropout=m.dropout,
-            attention_dropout=m.attention_dropout,
-            activation_dropout=m.activation_dropout,
-            max_position_embeddings=m.max_len,
+            dropout=model.dropout,
+            attention_dropout=model.attention_dropout,
+            activation_dropout=model.activation_dropout,
+            max_position_embeddings=model.max_len,
             scale_embedding=True,
             share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=m.tie_embeddings,
+            tie_word_embeddings=model.tie_embeddings,
             pad_token_id=PAD_ID,
             bos_token_id=BOS_ID,
             eos_token_id=EOS_ID,
