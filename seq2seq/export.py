@@ -1,0 +1,190 @@
+"""Conversion of a trained model to a CTranslate2 model directory (docs/deploy.md).
+
+Built through CTranslate2's Python spec API, one of our modules to one of its specs: the same
+weights, the same sinusoidal table (ours, passed explicitly: CTranslate2's built-in one differs)
+and the SentencePiece pieces as the vocabulary. Only what CTranslate2 computes exactly as we do
+is exported; any other wiring is refused with the setting named.
+
+The converted model appends the source EOS itself (`add_source_eos`), so a caller passes the
+SentencePiece pieces of a line, `sp.encode(line, out_type=str)`, at most `model.max_len - 1` of
+them, and decodes the output pieces with `sp.decode(pieces)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import sentencepiece as spm
+from torch import Tensor, nn
+
+from seq2seq.checkpoint import load_trained
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import ConfigError, require
+from seq2seq.io import atomic_dir
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.model.config import ModelConfig, Norm, Score, Stream
+from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+
+# (query, key_value) of each site in the one wiring CTranslate2 has
+STANDARD_STREAMS = {
+    "encoder_self": (Stream.source, Stream.source),
+    "decoder_self": (Stream.target, Stream.target),
+    "cross": (Stream.target, Stream.source),
+}
+
+
+def _ctranslate2() -> ModuleType:
+    try:
+        return importlib.import_module("ctranslate2")
+    except ImportError:
+        raise ConfigError(
+            "exporting to CTranslate2 needs the ctranslate2 package: pip install -e '.[deploy]'"
+        ) from None
+
+
+def check_exportable(config: ModelConfig) -> None:
+    """Raise a ConfigError naming the first setting that CTranslate2 cannot compute as we do."""
+    attention = config.attention
+    for site, streams in STANDARD_STREAMS.items():
+        wiring = getattr(attention, site)
+        key = f"model.attention.{site}"
+        require(
+            (wiring.query, wiring.key_value) == streams,
+            key,
+            f"query={wiring.query} key_value={wiring.key_value} cannot be exported: CTranslate2 "
+            f"has only the standard wiring (query={streams[0]} key_value={streams[1]})",
+        )
+        require(
+            wiring.score != Score.additive,
+            f"{key}.score",
+            "additive attention cannot be exported: CTranslate2 has dot-product scores only",
+        )
+        require(
+            wiring.heads in (None, config.heads),
+            f"{key}.heads",
+            f"{wiring.heads} heads cannot be exported: CTranslate2 has one head count for "
+            f"every attention (model.heads={config.heads})",
+        )
+    require(
+        not attention.allow_future_leak,
+        "model.attention.allow_future_leak",
+        "a decoder trained without the causal mask cannot be exported: CTranslate2's is causal",
+    )
+
+
+def _linear(spec, *layers: nn.Linear) -> None:
+    """`layers` fused along the output dimension (one layer: copied as it is)."""
+    spec.weight = np.concatenate([layer.weight.detach().numpy() for layer in layers])
+    spec.bias = np.concatenate([layer.bias.detach().numpy() for layer in layers])
+
+
+def _layer_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma = norm.weight.detach().numpy()
+    spec.beta = norm.bias.detach().numpy()
+
+
+def _attention(spec, attention: MultiHeadAttention, norm: nn.LayerNorm, fused: bool) -> None:
+    """Self-attention (`fused`): linear[0] is Q, K, V in one; cross-attention: linear[0] is Q,
+    linear[1] K and V. Our key_value_projection already holds K then V, CTranslate2's order."""
+    _layer_norm(spec.layer_norm, norm)
+    if fused:
+        _linear(spec.linear[0], attention.query_projection, attention.key_value_projection)
+    else:
+        _linear(spec.linear[0], attention.query_projection)
+        _linear(spec.linear[1], attention.key_value_projection)
+    _linear(spec.linear[-1], attention.output_projection)
+    if attention.score == Score.dot:  # no 1/sqrt(d_k): CTranslate2's scale replaced by 1
+        spec.queries_scale = np.float32(1.0)
+
+
+def _feed_forward(spec, layer: EncoderLayer | DecoderLayer) -> None:
+    _layer_norm(spec.layer_norm, layer.feed_forward_block.norm)
+    _linear(spec.linear_0, layer.feed_forward.expand)
+    _linear(spec.linear_1, layer.feed_forward.contract)
+
+
+def _embeddings(stack, tokens, embedding: Embedding) -> None:
+    """The token table `tokens` of the encoder or decoder spec `stack`, scaled by sqrt(d_model)
+    as ours, and our position table (sinusoidal or learned) added from position 0."""
+    tokens.weight = embedding.tokens.weight.detach().numpy()
+    positions: Tensor = (
+        embedding.learned.weight if hasattr(embedding, "learned") else embedding.sinusoid
+    )
+    stack.position_encodings.encodings = positions.detach().numpy()
+    stack.scale_embeddings = True
+
+
+def _pieces(sp: spm.SentencePieceProcessor) -> list[str]:
+    return [sp.id_to_piece(i) for i in range(sp.vocab_size())]
+
+
+def transformer_spec(model: Transformer, tokenizer: Tokenizer):
+    """The `ctranslate2.specs.TransformerSpec` of our model, with its vocabularies and special
+    tokens. Raises ConfigError for a model CTranslate2 cannot compute exactly."""
+    specs = _ctranslate2().specs
+    config = model.config
+    check_exportable(config)
+    pre_norm = config.norm == Norm.pre
+    spec = specs.TransformerSpec.from_config(
+        (config.encoder_layers, config.decoder_layers), config.heads, pre_norm=pre_norm
+    )
+    encoder, decoder = spec.encoder, spec.decoder
+    _embeddings(encoder, encoder.embeddings[0], model.src_embedding)
+    _embeddings(decoder, decoder.embeddings, model.tgt_embedding)
+    decoder.projection.weight = model.output_projection.weight.detach().numpy()
+    if pre_norm:
+        _layer_norm(encoder.layer_norm, model.encoder_norm)
+        _layer_norm(decoder.layer_norm, model.decoder_norm)
+    for layer_spec, layer in zip(encoder.layer, model.encoder_layers, strict=True):
+        norm = layer.attention_block.norm
+        _attention(layer_spec.self_attention, layer.self_attention.attention, norm, fused=True)
+        _feed_forward(layer_spec.ffn, layer)
+    for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
+        norm = layer.self_block.norm
+        _attention(layer_spec.self_attention, layer.self_attention.attention, norm, fused=True)
+        norm = layer.cross_block.norm
+        _attention(layer_spec.attention, layer.cross_attention.attention, norm, fused=False)
+        _feed_forward(layer_spec.ffn, layer)
+
+    spec.register_source_vocabulary(_pieces(tokenizer.src))
+    spec.register_target_vocabulary(_pieces(tokenizer.tgt))
+    pieces = _pieces(tokenizer.tgt)
+    spec.config.unk_token = pieces[tokenizer.unk_id]
+    spec.config.bos_token = pieces[tokenizer.bos_id]
+    spec.config.eos_token = pieces[tokenizer.eos_id]
+    spec.config.decoder_start_token = pieces[model.bos_id]  # our decoder starts from BOS
+    spec.config.add_source_eos = True  # our encoder input is the pieces + EOS
+    spec.config.layer_norm_epsilon = model.encoder_layers[0].attention_block.norm.eps
+    return spec
+
+
+def export_model(
+    model: Transformer, tokenizer: Tokenizer, directory: Path, quantization: str | None = None
+) -> Path:
+    """Write `model` as a CTranslate2 model directory, weights stored as `quantization` (None:
+    float32; "int8", "int8_float32", "int16", "bfloat16", ...: CTranslate2's types). The
+    directory appears only complete (written beside it, then renamed)."""
+    accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
+    require(
+        quantization is None or quantization in accepted,
+        "quantization",
+        f"{quantization!r} is not one of CTranslate2's types {', '.join(accepted)}",
+    )
+    directory = Path(directory)
+    if directory.exists():
+        raise ConfigError(f"{directory} already exists: choose another directory or remove it")
+    spec = transformer_spec(model.cpu().eval(), tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with atomic_dir(directory) as tmp:
+        spec.save(str(tmp))
+    return directory
+
+
+def export_checkpoint(checkpoint: Path, directory: Path, quantization: str | None = None) -> Path:
+    """A seq2seq checkpoint (.ckpt) as a CTranslate2 model directory (see `export_model`)."""
+    trained = load_trained(Path(checkpoint))
+    return export_model(trained.model, trained.tokenizer, directory, quantization)
