@@ -3,7 +3,7 @@
 Decided from torch's capability checks, never from a CPU's model name:
 - a CUDA GPU with bf16 (`torch.cuda.is_bf16_supported()`): bf16-mixed;
 - a CPU with AMX tiles: bf16-mixed (the issue-14 Xeon: bf16 matmuls 9x fp32);
-- a CPU with avx512_bf16 and no AMX: bf16-mixed, because our training step measured 2.7x
+- a CPU with avx512_bf16 and no AMX: bf16-mixed, because our training step measured 2.5-2.7x
   faster there than fp32 (AMD EPYC, CPU family 26; docs/performance.md, "bf16 on a CPU with
   avx512_bf16 (no AMX)");
 - anything else: 32-true (bf16 is 33x slower than fp32 on a CPU without bf16 units).
@@ -56,7 +56,7 @@ def auto_precision(accelerator: str) -> PrecisionChoice:
 
 def resolve_precision(trainer: dict) -> PrecisionChoice:
     """The precision for Lightning's Trainer from the `trainer` config group."""
-    precision = str(trainer.get("precision", AUTO))
+    precision = str(trainer["precision"])
     if precision != AUTO:
         return PrecisionChoice(precision, "set explicitly")
-    return auto_precision(str(trainer.get("accelerator", "auto")))
+    return auto_precision(str(trainer["accelerator"]))
