@@ -57,6 +57,8 @@ def matmul_gflops(dtype: torch.dtype, m: int, k: int, n: int, tries: int = 20) -
 
 
 def probe_pass(run: Callable[[], float], kernel: str) -> Callable[[], float]:
+    """A timed pass of bench.training under this kernel choice."""
+
     def timed() -> float:
         with kernels(kernel):
             return run()
@@ -65,6 +67,7 @@ def probe_pass(run: Callable[[], float], kernel: str) -> Callable[[], float]:
 
 
 def training_rows(overrides: list[str], batches: int, reps: int) -> tuple[dict[str, Measured], int]:
+    """Every precision x kernel x dropout row, interleaved; and the target tokens of a pass."""
     device = torch.device("cpu")
     rows: dict[str, Callable[[], float]] = {}
     tokens = 0
