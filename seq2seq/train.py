@@ -36,6 +36,7 @@ from seq2seq.evaluate import evaluate_checkpoint
 from seq2seq.io import atomic_path
 from seq2seq.metrics import bleu
 from seq2seq.module import TranslationModule
+from seq2seq.precision import resolve_precision
 from seq2seq.translator import Translator, default_device
 
 log = logging.getLogger("seq2seq.train")
@@ -99,8 +100,9 @@ def build_logger(config: RootConfig, run_dir: Path) -> Logger | None:
 
 
 def build_trainer(
-    config: RootConfig, run_dir: Path, logger: Logger | None
+    config: RootConfig, run_dir: Path, logger: Logger | None, precision: str
 ) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """Lightning's Trainer from the trainer group, in `precision` (`auto` already resolved)."""
     checkpoints = run_dir / "checkpoints"
     best = ModelCheckpoint(
         dirpath=checkpoints,
@@ -150,7 +152,7 @@ def build_trainer(
     if logger is not None:
         loggers.append(logger)
     trainer = pl.Trainer(
-        **trainer_arguments(config),
+        **{**trainer_arguments(config), "precision": precision},
         callbacks=callbacks,
         logger=loggers,
         default_root_dir=run_dir,
@@ -249,7 +251,9 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     with atomic_path(run_dir / "config.yaml") as tmp:
         tmp.write_text(OmegaConf.to_yaml(config_to_dict(config)))
     data.tokenizer.save(run_dir / "tokenizer")
-    trainer, best = build_trainer(config, run_dir, logger)
+    precision = resolve_precision(config.trainer)
+    log.info("%s", precision)
+    trainer, best = build_trainer(config, run_dir, logger, precision.precision)
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     seconds = time.perf_counter() - start
@@ -274,6 +278,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     return {
         "variant": config.model.attention.name,
         "parameters": total,
+        "precision": str(trainer.precision),
         "train_seconds": round(seconds, 1),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,

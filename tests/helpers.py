@@ -129,8 +129,14 @@ def split_file_overrides() -> list[str]:
     ]
 
 
+# trainer.precision=auto picks bf16 on CPUs with bf16 units: tests train in fp32 everywhere, so
+# that their results do not depend on the CPU they run on
+FP32 = "trainer.precision=32-true"
+
+
 def toy_overrides(data: Path, cache: Path) -> list[str]:
     return [
+        FP32,
         "data=parallel_files",
         f"data.dir={data}",
         f"paths.cache_dir={cache}",
@@ -145,6 +151,7 @@ def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[
     splits = ("train", "val", "test")
     files = [f"data.splits.{s}.{side}=pairs.{side}" for s in splits for side in ("src", "tgt")]
     return [
+        FP32,
         "data=parallel_files",
         f"data.dir={data}",
         *files,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import contextlib
 
-from seq2seq.model.attention import MultiHeadAttention
+import torch
+from torch import Tensor, nn
+from torch.profiler import profile
+
+from seq2seq.model.attention import MultiHeadAttention, preferred_kernels_off
 
 
 def make(d_model: int = 32, heads: int = 4) -> MultiHeadAttention:
@@ -61,3 +64,32 @@ def test_static_cache_reuses_keys_and_values() -> None:
     direct, _ = attention(query, memory)
     cached, _ = attention(query.repeat_interleave(2, 0), None, cache=cache)
     torch.testing.assert_close(cached, direct.repeat_interleave(2, 0), atol=1e-6, rtol=1e-6)
+
+
+def bf16_training_pass(attention: MultiHeadAttention, rule: bool) -> tuple[Tensor, Tensor, set]:
+    """Output, query-projection gradient and the aten ops of a bf16 autocast step on a CPU."""
+    torch.manual_seed(1)
+    query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    attention.zero_grad()
+    kernels = contextlib.nullcontext() if rule else preferred_kernels_off()
+    with profile() as profiler, kernels, torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = attention(query, key_value, mask)
+        out.float().square().sum().backward()
+    ops = {event.name for event in profiler.events()}
+    return out.detach().float(), attention.query_projection.weight.grad.clone(), ops
+
+
+def relative_error(actual: Tensor, expected: Tensor) -> float:
+    return float((actual - expected).norm() / expected.norm())
+
+
+def test_bf16_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results() -> None:
+    ours = make().train()  # the rule applies while training; dropout is 0: results comparable
+    out_math, grad_math, ops_math = bf16_training_pass(ours, rule=True)
+    out_flash, grad_flash, ops_flash = bf16_training_pass(ours, rule=False)
+    flash = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert flash in ops_flash and flash not in ops_math
+    assert relative_error(out_math, out_flash) < 1e-2
+    assert relative_error(grad_math, grad_flash) < 2e-2

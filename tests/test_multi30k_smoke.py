@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import FP32
 
 pytestmark = pytest.mark.slow
 
@@ -18,6 +19,7 @@ def test_tiny_model_learns_multi30k_through_train_and_evaluate(shared_data: Path
         f"paths.data_dir={shared_data}",
         f"paths.cache_dir={tmp_path / 'cache'}",
         "experiment=smoke",
+        FP32,
     ]
     train = subprocess.run(
         [

@@ -9,13 +9,43 @@ scaled dot product (the paper), unscaled dot product, or additive (Bahdanau et a
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.model.config import Score
+
+# SDPA kernels per (device type, dtype) while training, where measured faster than torch's own
+# choice (docs/performance.md, "bf16 on a CPU"): in bf16 on a CPU, the flash kernel's backward
+# dominates our step and the math kernel trains faster; fp32 stays on torch's choice (flash).
+PREFERRED_KERNELS: dict[tuple[str, torch.dtype], SDPBackend] = {
+    ("cpu", torch.bfloat16): SDPBackend.MATH,
+}
+_preferred_on = True
+
+
+@contextlib.contextmanager
+def preferred_kernels_off() -> Iterator[None]:
+    """Let torch choose every kernel: what scripts/precision_probe.py compares the rule with."""
+    global _preferred_on
+    before, _preferred_on = _preferred_on, False
+    try:
+        yield
+    finally:
+        _preferred_on = before
+
+
+def kernel_choice(q: Tensor) -> contextlib.AbstractContextManager:
+    """The SDPA kernel for these queries: PREFERRED_KERNELS while training, else torch's."""
+    backend = PREFERRED_KERNELS.get((q.device.type, q.dtype))
+    if backend is None or not _preferred_on or not torch.is_grad_enabled():
+        return contextlib.nullcontext()
+    return sdpa_kernel(backend)
 
 
 class KVCache:
@@ -94,9 +124,10 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         if not need_weights and self.score != Score.additive:  # torch's fused kernel
             scale = None if self.score == Score.scaled_dot else 1.0
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
-            )
+            with kernel_choice(q):
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+                )
             return out, None
         scores = self.scores(q, k)
         if mask is not None:
