@@ -26,7 +26,12 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.loggers import CSVLogger, Logger
 
 from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
-from seq2seq.checkpoint import AtomicCheckpointIO, average_checkpoints, load_trained
+from seq2seq.checkpoint import (
+    AtomicCheckpointIO,
+    average_checkpoints,
+    load_trained,
+    read_checkpoint,
+)
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
@@ -194,9 +199,11 @@ def describe(config: RootConfig, tokenizer: Tokenizer) -> str:
 
 
 def check_resume_tokenizer(ckpt_path: str, config: RootConfig, tokenizer: Tokenizer) -> None:
-    """A run resumes only with the vocabulary it was trained with: the embeddings depend on it."""
-    trained = load_trained(Path(ckpt_path))
-    if trained.tokenizer.fingerprint != tokenizer.fingerprint:
+    """A run resumes only with the vocabulary it was trained with: the embeddings depend on it.
+    Only the tokenizer is compared; the model is built only to name the mismatch."""
+    saved = read_checkpoint(Path(ckpt_path))["seq2seq"]
+    if Tokenizer(saved["src_model"], saved["tgt_model"]).fingerprint != tokenizer.fingerprint:
+        trained = load_trained(Path(ckpt_path))
         raise CheckpointError(
             "cannot resume: the checkpoint's tokenizer does not match the data config:\n"
             f"  checkpoint:  {describe(trained.config, trained.tokenizer)}\n"
