@@ -12,10 +12,12 @@ the tables give medians and the ratio ours / Marian of the same repetitions.
   `seq2seq.train`, for both models), fp32 and bf16 autocast (CPU), bf16 autocast on a GPU.
   Marian's loss is label-smoothed F.cross_entropy over its logits, what a Hugging Face user
   would write.
-- Decoding: sentences/s on test sources in batches of `decoding.batch_size`, greedy and beam.
-  Lengths are forced equal: every hypothesis has exactly `--length` tokens, then EOS (ours:
-  EOS masked before that step and forced at it; Marian: min_new_tokens=length,
-  max_new_tokens=length + 1), so both run length + 1 decoder steps per sentence.
+- Decoding: sentences/s on test sources in batches of `decoding.batch_size`, greedy and beam,
+  ours, Marian's `generate` and CTranslate2 (float32 and int8) with our weights converted by
+  seq2seq.export. Lengths are forced equal: every hypothesis has exactly `--length` tokens,
+  then EOS (ours: EOS masked before that step and forced at it; Marian: min_new_tokens=length,
+  max_new_tokens=length + 1; CTranslate2: min/max_decoding_length), so all run length + 1
+  decoder steps per sentence.
 - The CPU's matmul peak (best of square matmuls) and the achieved GFLOP/s of our training
   step (FLOPs counted by torch's FlopCounterMode: matmuls and attention), i.e. the MFU.
 - Peak memory: resident set size sampled during each phase (CPU), max allocated (GPU).
@@ -33,7 +35,14 @@ from pathlib import Path
 
 import torch
 from bench.data import load_config, load_workload
-from bench.decoding import cache_equals_no_cache, marian_searches, our_searches, time_decoding
+from bench.decoding import (
+    cache_equals_no_cache,
+    marian_searches,
+    our_searches,
+    same_greedy_rows,
+    time_decoding,
+)
+from bench.deployed import ctranslate2_searches
 from bench.flops import matmul_peak, training_flops
 from bench.models import build_marian, build_ours, compiled_copy, parameters, transformer
 from bench.report import environment, report, write_json
@@ -96,7 +105,12 @@ def main(argv: list[str]) -> int:
     searches = our_searches(transformer(ours), length, beam, penalty)
     if marian is not None:
         searches |= marian_searches(marian.model, length, beam, penalty)
+    deployed, ctranslate2_note = ctranslate2_searches(
+        transformer(ours), work.tokenizer, length, beam, penalty
+    )
+    searches |= deployed
     same = cache_equals_no_cache(searches, work.sources[0])
+    same_as_ctranslate2 = same_greedy_rows(searches, work.tokenizer, work.sources[0])
     decoded = time_decoding(searches, work.sources, settings.reps, device)
 
     peaks = {
@@ -104,7 +118,7 @@ def main(argv: list[str]) -> int:
         for name, dtype in modes.items()
     }
     results = {
-        **environment(argv),
+        **environment("benchmark.py", argv),
         "parameters": {"ours": parameters(ours), "marian": parameters(marian)},
         "batches": {precision: len(b) for precision, b in timed.items()},
         "target_tokens": {
@@ -117,8 +131,10 @@ def main(argv: list[str]) -> int:
         "training_flops": flops,
         "decoding": {k: vars(v) for k, v in decoded.items()},
         "cache_equals_no_cache": same,
+        "greedy_rows_as_ctranslate2": same_as_ctranslate2,
     }
-    print(report(results, trained, decoded, modes, beam, marian_note))
+    notes = {"Marian": marian_note, "CTranslate2": ctranslate2_note}
+    print(report(results, trained, decoded, modes, beam, notes))
     if args.json:
         write_json(args.json, results)
     return 0

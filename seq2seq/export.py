@@ -75,15 +75,20 @@ def check_exportable(config: ModelConfig) -> None:
     )
 
 
+def _array(weight: Tensor) -> np.ndarray:
+    """A float32 copy on the CPU: the model itself stays where and as it is."""
+    return weight.detach().float().cpu().numpy()
+
+
 def _linear(spec, *layers: nn.Linear) -> None:
     """`layers` fused along the output dimension (one layer: copied as it is)."""
-    spec.weight = np.concatenate([layer.weight.detach().numpy() for layer in layers])
-    spec.bias = np.concatenate([layer.bias.detach().numpy() for layer in layers])
+    spec.weight = np.concatenate([_array(layer.weight) for layer in layers])
+    spec.bias = np.concatenate([_array(layer.bias) for layer in layers])
 
 
 def _layer_norm(spec, norm: nn.LayerNorm) -> None:
-    spec.gamma = norm.weight.detach().numpy()
-    spec.beta = norm.bias.detach().numpy()
+    spec.gamma = _array(norm.weight)
+    spec.beta = _array(norm.bias)
 
 
 def _attention(spec, attention: MultiHeadAttention, norm: nn.LayerNorm, fused: bool) -> None:
@@ -109,11 +114,11 @@ def _feed_forward(spec, layer: EncoderLayer | DecoderLayer) -> None:
 def _embeddings(stack, tokens, embedding: Embedding) -> None:
     """The token table `tokens` of the encoder or decoder spec `stack`, scaled by sqrt(d_model)
     as ours, and our position table (sinusoidal or learned) added from position 0."""
-    tokens.weight = embedding.tokens.weight.detach().numpy()
+    tokens.weight = _array(embedding.tokens.weight)
     positions: Tensor = (
         embedding.learned.weight if hasattr(embedding, "learned") else embedding.sinusoid
     )
-    stack.position_encodings.encodings = positions.detach().numpy()
+    stack.position_encodings.encodings = _array(positions)
     stack.scale_embeddings = True
 
 
@@ -134,7 +139,7 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
     encoder, decoder = spec.encoder, spec.decoder
     _embeddings(encoder, encoder.embeddings[0], model.src_embedding)
     _embeddings(decoder, decoder.embeddings, model.tgt_embedding)
-    decoder.projection.weight = model.output_projection.weight.detach().numpy()
+    decoder.projection.weight = _array(model.output_projection.weight)
     if pre_norm:
         _layer_norm(encoder.layer_norm, model.encoder_norm)
         _layer_norm(decoder.layer_norm, model.decoder_norm)
@@ -176,7 +181,7 @@ def export_model(
     directory = Path(directory)
     if directory.exists():
         raise ConfigError(f"{directory} already exists: choose another directory or remove it")
-    spec = transformer_spec(model.cpu().eval(), tokenizer)
+    spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
     with atomic_dir(directory) as tmp:

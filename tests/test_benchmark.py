@@ -38,6 +38,9 @@ def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) ->
     decoding = {"ours greedy", "ours greedy, no cache", "ours beam 5"}
     if marian:
         decoding |= {"marian greedy", "marian beam 5"}
+    deployed = results["ctranslate2"] is not None
+    for compute_type in ("float32", "int8") if deployed else ():
+        decoding |= {f"ctranslate2 {compute_type} greedy", f"ctranslate2 {compute_type} beam 5"}
     assert set(results["decoding"]) == decoding
     for measured in [*results["training"].values(), *results["decoding"].values()]:
         assert len(measured["seconds"]) == 1 and measured["seconds"][0] > 0
@@ -45,5 +48,8 @@ def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) ->
     assert all(flops > 0 for flops in results["training_flops"].values())
     # the KV cache must not change what greedy search outputs
     assert results["cache_equals_no_cache"] is True
+    if deployed:  # the same weights: CTranslate2 decodes (nearly) all of the batch as we do
+        same, total = map(int, results["greedy_rows_as_ctranslate2"].split("/"))
+        assert same >= 0.9 * total
     assert "| ours fp32 |" in result.stdout
     assert "greedy with cache gives the no-cache outputs (first batch): yes" in result.stdout

@@ -86,6 +86,15 @@ def test_experiment_preset_overrides_groups() -> None:
 
 
 @pytest.mark.parametrize(
+    ("preset", "average_last"), [("ablation_cpu", 3), ("multi30k_cpu_1h_wu2021", 10)]
+)
+def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -> None:
+    """A preset's top-level keys beat train.yaml's defaults; the command line beats both."""
+    assert compose_config([f"experiment={preset}"]).average_last == average_last
+    assert compose_config([f"experiment={preset}", "average_last=7"]).average_last == 7
+
+
+@pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
         (["+data.max_token=10"], "data.max_token", "not in"),

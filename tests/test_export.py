@@ -129,6 +129,16 @@ def test_dot_scores_and_learned_positions_map_exactly(
     assert_same_log_probs(model, tokenizer, export_model(model, tokenizer, tmp_path / "ct2"))
 
 
+def test_export_leaves_the_model_as_it_was(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    """The benchmark exports the model it goes on timing: mode, device and weights unchanged."""
+    model = wired_model(vocab=VOCAB).train()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    export_model(model, tokenizer, tmp_path / "ct2")
+    assert model.training
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
 def test_int8_loads_and_translates(tokenizer: Tokenizer, tmp_path: Path) -> None:
     model = trained(tokenizer)
     float32 = ct2_greedy(export_model(model, tokenizer, tmp_path / "f32"), tokenizer, LINES)

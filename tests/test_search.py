@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -98,6 +99,35 @@ def test_batched_search_equals_one_sentence_at_a_time(beam: int) -> None:
         row = row[:, : int((row != PAD_ID).sum())]
         assert beam_search(model, row, max_len[i : i + 1], beam=beam) == [batched[i]]
     assert all(len(seq) <= m for seq, m in zip(batched, max_len.tolist(), strict=True))
+
+
+class RowCounter:
+    """The tiny Transformer, recording how many rows each decoding step computes."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model, self.rows = model, []
+        self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
+
+    def start_decoding(self, src: torch.Tensor, beam: int = 1):
+        return self.model.start_decoding(src, beam)
+
+    def decode_step(self, state, tokens: torch.Tensor) -> torch.Tensor:
+        self.rows.append(len(tokens))
+        return self.model.decode_step(state, tokens)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_finished_sentences_leave_the_batch(beam: int) -> None:
+    """A sentence stops costing decoder work once it is done: here sentence 3 may output
+    nothing (max_len 0) and leaves after the first step; the others at their own limits."""
+    counter, src = RowCounter(tiny_transformer()), sources()
+    max_len = torch.tensor([3, 8, 12, 0, 15])
+    search = greedy_search if beam == 1 else partial(beam_search, beam=beam)
+    search(counter, src, max_len)
+    assert counter.rows[0] == 5 * beam
+    assert counter.rows[1] <= 4 * beam
+    assert counter.rows == sorted(counter.rows, reverse=True)
+    assert len(counter.rows) <= 16 and counter.rows[-1] <= beam  # the longest decodes alone
 
 
 def test_search_never_outputs_pad_or_bos() -> None:

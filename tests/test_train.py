@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +165,33 @@ def test_translator_api_reproduces_the_training_pairs(overfit_run, few_pairs: Fe
     translator = Translator.from_checkpoint(run_dir / "checkpoints" / "averaged.ckpt")
     outputs = translator.translate(few_pairs.src)
     assert sum(o == r for o, r in zip(outputs, few_pairs.tgt, strict=True)) >= PAIRS * 0.8
+
+
+def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
+    overfit_run, few_pairs: FewPairs, tmp_path: Path
+) -> None:
+    """scripts/decoding_benchmark.py, for its output, not its timings: the checkpoint converted
+    to CTranslate2 float32 translates the overfit pairs exactly as ours does."""
+    run_dir, _ = overfit_run
+    report = tmp_path / "decoding.json"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "decoding_benchmark.py"
+    command = [
+        sys.executable,
+        str(script),
+        str(run_dir / "checkpoints" / "averaged.ckpt"),
+        f"--source={few_pairs.directory / 'pairs.src'}",
+        f"--reference={few_pairs.directory / 'pairs.tgt'}",
+        "--reps=1",
+        f"--json={report}",
+        "batch_size=16",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(report.read_text())
+    assert set(results["measured"]) == {"ours", "ctranslate2 float32", "ctranslate2 int8"}
+    assert results["same_as_ours"]["ctranslate2 float32"] == PAIRS
+    assert results["bleu"]["ctranslate2 float32"] == results["bleu"]["ours"] >= 80
+    assert "| ctranslate2 int8 |" in result.stdout
 
 
 def test_resuming_with_another_tokenizer_is_refused_naming_both(

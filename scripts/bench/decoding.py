@@ -1,7 +1,7 @@
 """Decoding throughput: sentences/s on test sources, greedy and beam, with every hypothesis
 forced to `length` tokens then EOS, so that all systems run length + 1 decoder steps a sentence.
 Ours: EOS masked before that step and forced at it; Marian: min_new_tokens=length,
-max_new_tokens=length + 1."""
+max_new_tokens=length + 1; CTranslate2 (bench/deployed.py): min/max_decoding_length."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.measure import Measured, interleaved
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import DecoderState, IncrementalDecoder, beam_search, greedy_search
 
@@ -109,6 +109,21 @@ def time_decoding(
         return interleaved(
             {name: decoding_pass(s, sources) for name, s in searches.items()}, reps, device
         )
+
+
+def same_greedy_rows(searches: dict[str, Search], tokenizer: Tokenizer, src: Tensor) -> str | None:
+    """How many sentences of this batch CTranslate2 float32's greedy search decodes to our
+    token ids (the same weights: all of them, up to float rounding in near-ties). Its token
+    after the forced length (where ours is EOS) is not compared."""
+    theirs = searches.get("ctranslate2 float32 greedy")
+    if theirs is None:
+        return None
+    with torch.inference_mode():
+        ours = searches["ours greedy"](src)
+        converted = [[tokenizer.tgt.piece_to_id(p) for p in row] for row in theirs(src)]
+        converted = [row[: len(mine)] for row, mine in zip(converted, ours, strict=True)]
+    same = sum(a == b for a, b in zip(ours, converted, strict=True))
+    return f"{same}/{len(ours)}"
 
 
 def cache_equals_no_cache(searches: dict[str, Search], src: Tensor) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -28,22 +29,22 @@ def machine() -> str:
     return f"{cpu} ({os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}){gpu}"
 
 
-def transformers_version() -> str | None:
+def version(package: str) -> str | None:
     try:
-        import transformers
+        return importlib.import_module(package).__version__
     except ImportError:
         return None
-    return transformers.__version__
 
 
-def environment(argv: list[str]) -> dict[str, str | None]:
+def environment(script: str, argv: list[str]) -> dict[str, str | None]:
     """What a figure needs beside it to be read later: command, date, machine, versions."""
     return {
-        "command": "python scripts/benchmark.py " + " ".join(argv),
+        "command": " ".join(["python", f"scripts/{script}", *argv]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "torch": torch.__version__,
-        "transformers": transformers_version(),
+        "transformers": version("transformers"),
+        "ctranslate2": version("ctranslate2"),
     }
 
 
@@ -68,13 +69,14 @@ def ratio(a: Measured, b: Measured) -> str:
     return f"{statistics.median(pairs):.2f}x"
 
 
-def summary(results: dict, marian_note: str) -> list[str]:
+def summary(results: dict, notes: dict[str, str]) -> list[str]:
     """The lines above the tables: what was run, where, on what."""
     params = results["parameters"]
     lines = [
         f"command: `{results['command']}`",
         f"date: {results['date']}; machine: {results['machine']}",
-        f"torch {results['torch']}, transformers {results['transformers']}",
+        f"torch {results['torch']}, transformers {results['transformers']}, "
+        f"ctranslate2 {results['ctranslate2']}",
         f"parameters: ours {params['ours']:,}, Marian {params['marian'] or 0:,}",
         "training, a pass: "
         + ", ".join(
@@ -86,8 +88,7 @@ def summary(results: dict, marian_note: str) -> list[str]:
         "matmul peak: "
         + ", ".join(f"{k} {v:,.1f} GFLOP/s" for k, v in results["matmul_peak_gflops"].items()),
     ]
-    if marian_note:
-        lines.append(f"Marian rows skipped: {marian_note}")
+    lines += [f"{system} rows skipped: {note}" for system, note in notes.items() if note]
     return lines
 
 
@@ -118,19 +119,25 @@ def training_table(results: dict, trained: dict[str, Measured], precisions: Prec
 
 
 def decoding_table(decoded: dict[str, Measured], beam: int) -> str:
-    """A row per search; ours against Marian's same search, and greedy against no cache."""
+    """A row per search; ours against the others' same search, and greedy against no cache."""
     rows = []
-    reference = {
-        "ours greedy": decoded.get("marian greedy"),
-        f"ours beam {beam}": decoded.get(f"marian beam {beam}"),
+    others = {
+        "Marian's": "marian",
+        "CTranslate2 float32": "ctranslate2 float32",
+        "CTranslate2 int8": "ctranslate2 int8",
     }
     for name, m in decoded.items():
-        against = ""
-        if reference.get(name) is not None:
-            against = f"{ratio(m, reference[name])} Marian's"
+        against = []
+        if name in ("ours greedy", f"ours beam {beam}"):
+            search = name.removeprefix("ours ")
+            against = [
+                f"{ratio(m, decoded[f'{system} {search}'])} {label}"
+                for label, system in others.items()
+                if f"{system} {search}" in decoded
+            ]
         if name == "ours greedy":
-            against += f"; {ratio(m, decoded['ours greedy, no cache'])} no cache"
-        rows.append([name, f"{m.median():,.1f}", against.lstrip("; "), mib(m.memory)])
+            against.append(f"{ratio(m, decoded['ours greedy, no cache'])} no cache")
+        rows.append([name, f"{m.median():,.1f}", "; ".join(against), mib(m.memory)])
     return table(["decoding", "sentences/s (median)", "ours /", "peak MiB"], rows)
 
 
@@ -140,17 +147,19 @@ def report(
     decoded: dict[str, Measured],
     precisions: Precisions,
     beam: int,
-    marian_note: str,
+    notes: dict[str, str],
 ) -> str:
     """The printed report: summary lines, the training table, the decoding table."""
     same = "yes" if results["cache_equals_no_cache"] else "NO"
     return "\n".join(
         [
-            *summary(results, marian_note),
+            *summary(results, notes),
             "",
             training_table(results, trained, precisions),
             "",
             decoding_table(decoded, beam),
             f"\ngreedy with cache gives the no-cache outputs (first batch): {same}",
+            "CTranslate2 float32 greedy gives our token ids (first batch): "
+            f"{results['greedy_rows_as_ctranslate2']} sentences",
         ]
     )

@@ -68,9 +68,11 @@ class KVCache:
         self.key, self.value = key, value
         return key, value
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` of the batch (beam search reorders hypotheses each step)."""
-        if self.key is not None and not self.static:
+    def reorder(self, index: Tensor, sentences_dropped: bool) -> None:
+        """Keep rows `index` of the batch: beam search reorders hypotheses each step. Static
+        rows are equal within a sentence's beam rows, so they change only when whole sentences
+        are dropped."""
+        if self.key is not None and (sentences_dropped or not self.static):
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
 

@@ -36,16 +36,19 @@ def masked_mean(results: Tensor, keep: Tensor) -> Tensor:
 
 @dataclass
 class SiteCache:
-    """What a decoder site keeps between decoding steps; only `key_value` grows and is
-    reordered."""
+    """What a decoder site keeps between decoding steps; only `key_value` grows."""
 
     key_value: KVCache | None = None  # keys/values: target (growing) or source (static)
     source_queries: Tensor | None = None  # (N, h, S, d_k) when queries come from the source
     summary: Tensor | None = None  # (N, 1, d) when queries and keys/values are the source
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sentences_dropped: bool) -> None:
         if self.key_value is not None:
-            self.key_value.reorder(index)
+            self.key_value.reorder(index, sentences_dropped)
+        if sentences_dropped and self.source_queries is not None:
+            self.source_queries = self.source_queries.index_select(0, index)
+        if sentences_dropped and self.summary is not None:
+            self.summary = self.summary.index_select(0, index)
 
 
 class AttentionSite(nn.Module):

@@ -155,10 +155,14 @@ class DecoderState:
         self.position = 0
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows `index`; each must stay within its sentence's block of beam rows."""
+        """Keep rows `index`, each within its sentence's block of beam rows. Fewer rows than
+        before drop whole sentences (those done), with what depends on their source."""
+        sentences_dropped = len(index) != len(self.src_mask)
+        if sentences_dropped:
+            self.src_mask = self.src_mask.index_select(0, index)
         for layer_caches in self.caches:
             for cache in layer_caches:
-                cache.reorder(index)
+                cache.reorder(index, sentences_dropped)
 
 
 class Vocabulary(Protocol):

@@ -1,0 +1,69 @@
+"""CTranslate2, the deployment engine (docs/deploy.md), decoding with our model's weights:
+converted by `seq2seq.export`, run on the same sources, threads and forced lengths as ours.
+
+CTranslate2 takes pieces (strings) and adds the source EOS itself; the conversion of each id
+batch to pieces is timed with it (a few microseconds a sentence). Lengths: EOS is not allowed
+before `length` tokens and decoding stops after `length` + 1, so it runs the same length + 1
+decoder steps per sentence as ours and Marian. PAD and BOS are suppressed, as our search
+never outputs them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from bench.decoding import Search
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.export import export_model
+from seq2seq.model.transformer import Transformer
+
+COMPUTE_TYPES = ("float32", "int8")  # int8: weights quantized when CTranslate2 loads them
+
+
+def ctranslate2_searches(
+    model: Transformer, tokenizer: Tokenizer, length: int, beam: int, penalty: float
+) -> tuple[dict[str, Search], str]:
+    """CTranslate2's greedy and beam search per compute type, or none and why not."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return {}, "ctranslate2 is not installed: pip install -e '.[deploy]'"
+    device = next(model.parameters()).device
+    directory = Path(tempfile.mkdtemp(prefix="bench-ct2-")) / "model"
+    export_model(model, tokenizer, directory)
+
+    def pieces(src: Tensor) -> list[list[str]]:
+        rows = src.tolist()
+        return [
+            [tokenizer.src.id_to_piece(i) for i in row[: row.index(model.eos_id)]] for row in rows
+        ]
+
+    never = [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]  # as ours
+    searches = {}
+    for compute_type in COMPUTE_TYPES:
+        translator = ctranslate2.Translator(
+            str(directory),
+            device=device.type,
+            compute_type=compute_type,
+            inter_threads=1,
+            intra_threads=torch.get_num_threads(),
+        )
+
+        def translate(src: Tensor, beams: int, translator=translator) -> list[list[str]]:
+            results = translator.translate_batch(
+                pieces(src),
+                beam_size=beams,
+                length_penalty=penalty,
+                min_decoding_length=length,
+                max_decoding_length=length + 1,
+                suppress_sequences=never,
+            )
+            return [result.hypotheses[0] for result in results]
+
+        searches[f"ctranslate2 {compute_type} greedy"] = lambda src, t=translate: t(src, 1)
+        searches[f"ctranslate2 {compute_type} beam {beam}"] = lambda src, t=translate: t(src, beam)
+    return searches, ""

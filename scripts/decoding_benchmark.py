@@ -1,0 +1,139 @@
+"""Our beam search against CTranslate2's on one trained checkpoint, text in, text out.
+
+    python scripts/decoding_benchmark.py CKPT [--source F] [--reference F] [--reps N]
+        [--json FILE] [decoding overrides, e.g. beam_size=5 batch_size=64]
+
+Unlike scripts/benchmark.py (random weights, lengths forced equal), this decodes the way a
+user does: the checkpoint's own weights, each sentence stopping at its own EOS. Every system
+translates the same source lines in batches of `decoding.batch_size` on the same threads:
+ours (seq2seq.Translator), and the checkpoint converted by seq2seq.export to CTranslate2,
+float32 and int8. Repetitions are interleaved; the report gives sentences/s (median), cased
+BLEU against the reference, and how many outputs equal ours. Timings are reported, never
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from bench.measure import interleaved
+from bench.report import environment, ratio, table, write_json
+
+from seq2seq.checkpoint import load_trained
+from seq2seq.config import DecodingConfig, group_config
+from seq2seq.data.corpus import normalize, read_lines
+from seq2seq.export import export_model
+from seq2seq.metrics import bleu
+from seq2seq.translator import Translator
+
+TEST = Path("../shared/data/multi30k")
+SETTINGS = ("beam_size", "length_penalty", "batch_size")  # of decoding, in the report
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--source", type=Path, default=TEST / "test_2016_flickr.en.gz")
+    parser.add_argument("--reference", type=Path, default=TEST / "test_2016_flickr.de.gz")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write all measurements to this file")
+    parser.add_argument("overrides", nargs="*", help="decoding overrides (conf/decoding)")
+    return parser.parse_intermixed_args(argv)
+
+
+def ctranslate2_translators(trained, decoding: DecodingConfig) -> dict:
+    """Text -> text with CTranslate2 float32 and int8, as docs/deploy.md describes, with our
+    search's settings: beam, length penalty, PAD and BOS never output."""
+    import ctranslate2
+
+    directory = Path(tempfile.mkdtemp(prefix="ct2-")) / "model"
+    export_model(trained.model, trained.tokenizer, directory)
+    src, tgt, model = trained.tokenizer.src, trained.tokenizer.tgt, trained.model
+    never = [[tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]
+    translators = {}
+    for compute_type in ("float32", "int8"):
+        engine = ctranslate2.Translator(
+            str(directory),
+            device="cpu",
+            compute_type=compute_type,
+            inter_threads=1,
+            intra_threads=torch.get_num_threads(),
+        )
+
+        def translate(lines: list[str], engine=engine) -> list[str]:
+            pieces = [src.encode(normalize(line), out_type=str) for line in lines]
+            results = engine.translate_batch(
+                pieces,
+                max_batch_size=decoding.batch_size,
+                beam_size=decoding.beam_size,
+                length_penalty=decoding.length_penalty,
+                max_decoding_length=model.config.max_len,
+                suppress_sequences=never,
+            )
+            return [tgt.decode(result.hypotheses[0]) for result in results]
+
+        translators[f"ctranslate2 {compute_type}"] = translate
+    return translators
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    decoding = group_config("decoding/beam", DecodingConfig, args.overrides)
+    trained = load_trained(args.checkpoint)
+    sources, references = read_lines(args.source), read_lines(args.reference)
+    ours = Translator(trained.model, trained.tokenizer, decoding)
+    systems = {"ours": ours.translate, **ctranslate2_translators(trained, decoding)}
+    outputs = {name: translate(sources) for name, translate in systems.items()}
+
+    def timed(translate: Callable[[list[str]], list[str]]) -> Callable[[], float]:
+        def run() -> float:
+            translate(sources)
+            return float(len(sources))
+
+        return run
+
+    measured = interleaved(
+        {name: timed(t) for name, t in systems.items()}, args.reps, torch.device("cpu")
+    )
+    scores = {name: bleu(out, references) for name, out in outputs.items()}
+    same = {
+        name: sum(a == b for a, b in zip(out, outputs["ours"], strict=True))
+        for name, out in outputs.items()
+    }
+    rows = [
+        [
+            name,
+            f"{m.median():,.1f}",
+            "" if name == "ours" else ratio(measured["ours"], m),
+            f"{scores[name]:.2f}",
+            str(same[name]),
+        ]
+        for name, m in measured.items()
+    ]
+    header = ["system", "sentences/s (median)", "ours / it", "BLEU", "outputs equal to ours"]
+    results = {
+        **environment("decoding_benchmark.py", argv),
+        "checkpoint": str(args.checkpoint),
+        "decoding": {
+            k: getattr(decoding, k) for k in ("beam_size", "length_penalty", "batch_size")
+        },
+        "sentences": len(sources),
+        "measured": {name: vars(m) for name, m in measured.items()},
+        "bleu": scores,
+        "same_as_ours": same,
+    }
+    print(f"date: {results['date']}; machine: {results['machine']}; {len(sources)} sentences")
+    print(f"decoding: {results['decoding']}\n")
+    print(table(header, rows))
+    if args.json:
+        write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
