@@ -13,6 +13,7 @@ from bench.models import System
 from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.optim import adamw
+from seq2seq.precision import BF16, auto_precision
 
 Precisions = dict[str, torch.dtype | None]  # name -> autocast dtype (None: off)
 
@@ -27,12 +28,12 @@ def precisions(device: torch.device) -> Precisions:
 def timed_batches(
     batches: list[Batch], precisions: Precisions, device: torch.device, cpu_bf16_batches: int
 ) -> dict[str, list[Batch]]:
-    """The batches of a pass per precision: fewer for bf16 on a CPU, which without bf16 units
-    runs 33x slower than fp32 (docs/performance.md)."""
+    """The batches of a pass per precision: fewer for bf16 on a CPU without bf16 units, where
+    it runs 33x slower than fp32 (docs/performance.md); `auto` would train in fp32 there."""
+    slow_bf16 = device.type == "cpu" and auto_precision("cpu").precision != BF16
     return {
-        precision: batches[:cpu_bf16_batches] if slow else batches
+        precision: batches[:cpu_bf16_batches] if dtype is not None and slow_bf16 else batches
         for precision, dtype in precisions.items()
-        for slow in [dtype is not None and device.type == "cpu"]
     }
 
 
