@@ -108,10 +108,9 @@ def main(argv: list[str]) -> int:
     deployed, ctranslate2_note = ctranslate2_searches(
         transformer(ours), work.tokenizer, length, beam, penalty
     )
-    searches |= deployed
     same = cache_equals_no_cache(searches, work.sources[0])
-    same_as_ctranslate2 = same_greedy_rows(searches, work.tokenizer, work.sources[0])
-    decoded = time_decoding(searches, work.sources, settings.reps, device)
+    same_as_ctranslate2 = same_greedy_rows(searches, deployed, work.tokenizer, work.sources[0])
+    decoded = time_decoding(searches, deployed, work.sources, settings.reps, device)
 
     peaks = {
         name: matmul_peak(dtype or torch.float32, settings.matmul_size, device)

@@ -10,12 +10,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from bench.measure import Measured, interleaved
+from bench.measure import Isolated, Measured, interleaved
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import DecoderState, IncrementalDecoder, beam_search, greedy_search
 
 Search = Callable[[Tensor], list[list[int]]]  # source batch -> token ids per sentence
+SearchFactory = Callable[[], Search]  # a search built for each timed pass (bench.measure.Isolated)
 
 
 class FixedLength:
@@ -103,21 +104,32 @@ def decoding_pass(search: Search, sources: list[Tensor]) -> Callable[[], float]:
 
 
 def time_decoding(
-    searches: dict[str, Search], sources: list[Tensor], reps: int, device: torch.device
+    searches: dict[str, Search],
+    deployed: dict[str, SearchFactory],
+    sources: list[Tensor],
+    reps: int,
+    device: torch.device,
 ) -> dict[str, Measured]:
+    """All searches interleaved; the `deployed` ones built for each pass, outside its time."""
+    phases = {name: decoding_pass(s, sources) for name, s in searches.items()}
+    for name, build in deployed.items():
+        phases[name] = Isolated(lambda build=build: decoding_pass(build(), sources))
     with torch.inference_mode():
-        return interleaved(
-            {name: decoding_pass(s, sources) for name, s in searches.items()}, reps, device
-        )
+        return interleaved(phases, reps, device)
 
 
-def same_greedy_rows(searches: dict[str, Search], tokenizer: Tokenizer, src: Tensor) -> str | None:
+def same_greedy_rows(
+    searches: dict[str, Search],
+    deployed: dict[str, SearchFactory],
+    tokenizer: Tokenizer,
+    src: Tensor,
+) -> str | None:
     """How many sentences of this batch CTranslate2 float32's greedy search decodes to our
     token ids (the same weights: all of them, up to float rounding in near-ties). Its token
     after the forced length (where ours is EOS) is not compared."""
-    theirs = searches.get("ctranslate2 float32 greedy")
-    if theirs is None:
+    if "ctranslate2 float32 greedy" not in deployed:
         return None
+    theirs = deployed["ctranslate2 float32 greedy"]()
     with torch.inference_mode():
         ours = searches["ours greedy"](src)
         converted = [[tokenizer.tgt.piece_to_id(p) for p in row] for row in theirs(src)]

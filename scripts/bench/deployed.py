@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bench.decoding import Search
+from bench.decoding import Search, SearchFactory
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
@@ -26,8 +26,9 @@ COMPUTE_TYPES = ("float32", "int8")  # int8: weights quantized when CTranslate2 
 
 def ctranslate2_searches(
     model: Transformer, tokenizer: Tokenizer, length: int, beam: int, penalty: float
-) -> tuple[dict[str, Search], str]:
-    """CTranslate2's greedy and beam search per compute type, or none and why not."""
+) -> tuple[dict[str, SearchFactory], str]:
+    """CTranslate2's greedy and beam search per compute type, each built on demand (a live
+    Translator slows every other system: bench.measure.Isolated), or none and why not."""
     try:
         import ctranslate2
     except ImportError:
@@ -35,35 +36,39 @@ def ctranslate2_searches(
     device = next(model.parameters()).device
     directory = Path(tempfile.mkdtemp(prefix="bench-ct2-")) / "model"
     export_model(model, tokenizer, directory)
+    never = [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]  # as ours
 
     def pieces(src: Tensor) -> list[list[str]]:
-        rows = src.tolist()
-        return [
-            [tokenizer.src.id_to_piece(i) for i in row[: row.index(model.eos_id)]] for row in rows
-        ]
+        rows = [row[: row.index(model.eos_id)] for row in src.tolist()]
+        return [[tokenizer.src.id_to_piece(i) for i in row] for row in rows]
 
-    never = [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]  # as ours
+    def factory(compute_type: str, beams: int) -> SearchFactory:
+        def build() -> Search:
+            translator = ctranslate2.Translator(
+                str(directory),
+                device=device.type,
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=torch.get_num_threads(),
+            )
+
+            def search(src: Tensor) -> list[list[str]]:
+                results = translator.translate_batch(
+                    pieces(src),
+                    beam_size=beams,
+                    length_penalty=penalty,
+                    min_decoding_length=length,
+                    max_decoding_length=length + 1,
+                    suppress_sequences=never,
+                )
+                return [result.hypotheses[0] for result in results]
+
+            return search
+
+        return build
+
     searches = {}
     for compute_type in COMPUTE_TYPES:
-        translator = ctranslate2.Translator(
-            str(directory),
-            device=device.type,
-            compute_type=compute_type,
-            inter_threads=1,
-            intra_threads=torch.get_num_threads(),
-        )
-
-        def translate(src: Tensor, beams: int, translator=translator) -> list[list[str]]:
-            results = translator.translate_batch(
-                pieces(src),
-                beam_size=beams,
-                length_penalty=penalty,
-                min_decoding_length=length,
-                max_decoding_length=length + 1,
-                suppress_sequences=never,
-            )
-            return [result.hypotheses[0] for result in results]
-
-        searches[f"ctranslate2 {compute_type} greedy"] = lambda src, t=translate: t(src, 1)
-        searches[f"ctranslate2 {compute_type} beam {beam}"] = lambda src, t=translate: t(src, beam)
+        searches[f"ctranslate2 {compute_type} greedy"] = factory(compute_type, 1)
+        searches[f"ctranslate2 {compute_type} beam {beam}"] = factory(compute_type, beam)
     return searches, ""

@@ -6,6 +6,7 @@ repetition of one system has a repetition of the others under the same condition
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import threading
@@ -67,20 +68,36 @@ class Measured:
         return statistics.median(self.rates())
 
 
-def interleaved(
-    phases: dict[str, Callable[[], float]], reps: int, device: torch.device
-) -> dict[str, Measured]:
+@dataclass
+class Isolated:
+    """A phase whose system slows the others while it exists: CTranslate2's Translator keeps
+    its own OpenMP threads, and ours decoded 25% slower beside a live one (docs/performance.md).
+    `build` makes the phase's run before each of its repetitions, outside the timing; the run
+    is deleted after it."""
+
+    build: Callable[[], Callable[[], float]]
+
+
+Phase = Callable[[], float] | Isolated
+
+
+def interleaved(phases: dict[str, Phase], reps: int, device: torch.device) -> dict[str, Measured]:
     """Run each phase once to warm up, then `reps` rounds of all phases in turn. A phase
     returns its work (tokens or sentences), which the rates divide by the seconds."""
     results = {}
-    for name, run in phases.items():
+    for name, phase in phases.items():
+        run = phase.build() if isinstance(phase, Isolated) else phase
         results[name] = Measured([], run(), [])
+        del run
     for _ in range(reps):
-        for name, run in phases.items():
+        for name, phase in phases.items():
+            run = phase.build() if isinstance(phase, Isolated) else phase
             synchronize(device)
             with peak_memory(device, results[name].memory):
                 start = time.perf_counter()
                 run()
                 synchronize(device)
                 results[name].seconds.append(time.perf_counter() - start)
+            del run
+            gc.collect()
     return results

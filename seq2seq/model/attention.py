@@ -49,8 +49,7 @@ def kernel_choice(q: Tensor) -> contextlib.AbstractContextManager:
 
 
 class KVCache:
-    """Keys and values of one attention module during incremental decoding, stacked in one
-    tensor (2, N, h, T, d_k) so that each step appends and reorders them in one operation.
+    """Keys and values of one attention module during incremental decoding.
 
     `static` entries (a source sequence) are computed once per sentence; the others (target
     prefixes) grow by one position per step.
@@ -58,29 +57,24 @@ class KVCache:
 
     def __init__(self, static: bool) -> None:
         self.static = static
-        self.stacked: Tensor | None = None
-
-    @property
-    def key(self) -> Tensor:
-        return self.stacked[0]  # (N, h, T, d_k)
-
-    @property
-    def value(self) -> Tensor:
-        return self.stacked[1]
+        self.key: Tensor | None = None  # (B, h, T, d_k)
+        self.value: Tensor | None = None
 
     def extend(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Append this step's keys and values (N, h, 1, d_k); return all of them so far."""
-        step = torch.stack([key, value])
-        grown = step if self.stacked is None else torch.cat([self.stacked, step], dim=3)
-        self.stacked = grown
-        return self.key, self.value
+        """Append this step's keys and values (B, h, 1, d_k); return all of them so far."""
+        if self.key is not None:
+            key = torch.cat([self.key, key], dim=2)
+            value = torch.cat([self.value, value], dim=2)
+        self.key, self.value = key, value
+        return key, value
 
     def reorder(self, index: Tensor, sentences_dropped: bool) -> None:
         """Keep rows `index` of the batch: beam search reorders hypotheses each step. Static
         rows are equal within a sentence's beam rows, so they change only when whole sentences
         are dropped."""
-        if self.stacked is not None and (sentences_dropped or not self.static):
-            self.stacked = self.stacked[:, index]
+        if self.key is not None and (sentences_dropped or not self.static):
+            self.key = self.key.index_select(0, index)
+            self.value = self.value.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -160,8 +154,9 @@ class MultiHeadAttention(nn.Module):
 
     def static_cache(self, key_value: Tensor, repeat: int = 1) -> KVCache:
         """Keys and values of a fixed sequence, computed once and repeated `repeat` times."""
+        k, v = self.keys_values(key_value)
         cache = KVCache(static=True)
-        cache.stacked = torch.stack(self.keys_values(key_value)).repeat_interleave(repeat, 1)
+        cache.key, cache.value = k.repeat_interleave(repeat, 0), v.repeat_interleave(repeat, 0)
         return cache
 
     def forward(
