@@ -135,10 +135,8 @@ def beam_search(
         done = (n_final >= k) | at_limit
         survivors = torch.arange(n, device=device)
         if done.any():
-            result_score[sentence[done]], result_seq[sentence[done]] = (
-                final_score[done],
-                final_seq[done],
-            )
+            finished = sentence[done]
+            result_score[finished], result_seq[finished] = final_score[done], final_seq[done]
             if done.all():
                 break
             survivors = (~done).nonzero().squeeze(1)
