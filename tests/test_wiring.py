@@ -49,6 +49,22 @@ def test_every_wiring_is_causal_and_its_kv_cache_equals_the_full_pass(decoder_se
         torch.testing.assert_close(incremental(m, src, changed)[:, : t + 1], full[:, : t + 1])
 
 
+@pytest.mark.parametrize(("decoder_self", "cross"), WIRINGS)
+def test_every_wiring_decodes_on_after_sentences_leave_the_batch(decoder_self, cross) -> None:
+    """Search drops done sentences from the decoder state (`reorder` with fewer rows): every
+    cache, source query and summary follows, and the rest decode exactly as the full pass."""
+    m = wired_model(decoder_self, cross, "scaled_dot")
+    src, tgt = batch()
+    full = m(src, tgt).log_softmax(-1)
+    state = m.start_decoding(src)
+    for t in range(3):
+        m.decode_step(state, tgt[:, t])
+    keep = torch.tensor([1, 2])  # sentence 0 is done; sentence 1 has source padding
+    state.reorder(keep)
+    later = torch.stack([m.decode_step(state, tgt[keep, t]) for t in range(3, tgt.shape[1])], 1)
+    torch.testing.assert_close(later, full[keep, 3:], atol=1e-5, rtol=1e-5)
+
+
 def test_swapped_cross_attention_equals_a_hand_computation() -> None:
     torch.manual_seed(2)
     swapped = AttentionSiteConfig(Stream.source, Stream.target, Score.scaled_dot, None)
