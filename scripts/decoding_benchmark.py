@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import torch
+from bench.deployed import scratch_directory
 from bench.measure import Isolated, Phase, interleaved
 from bench.report import environment, ratio, table, write_json
 
@@ -52,11 +52,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def ctranslate2_translators(trained: TrainedModel, decoding: DecodingConfig) -> dict[str, Build]:
     """Text -> text with CTranslate2 float32 and int8, as docs/deploy.md describes, with our
-    search's settings (beam, length penalty, PAD and BOS never output); each built on demand,
-    because a live ctranslate2.Translator slows the other systems (bench.measure.Isolated)."""
+    search's settings (beam, length penalty, PAD and BOS never output; its length limit is the
+    model's positions, ours `max_len_a` x source + `max_len_b`); each built on demand, because
+    a live ctranslate2.Translator slows the other systems (bench.measure.Isolated)."""
     import ctranslate2
 
-    directory = Path(tempfile.mkdtemp(prefix="ct2-")) / "model"
+    directory = scratch_directory() / "model"
     export_model(trained.model, trained.tokenizer, directory)
     src, tgt, model = trained.tokenizer.src, trained.tokenizer.tgt, trained.model
     never = [[tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]
@@ -127,9 +128,7 @@ def main(argv: list[str]) -> int:
     results = {
         **environment("decoding_benchmark.py", argv),
         "checkpoint": str(args.checkpoint),
-        "decoding": {
-            k: getattr(decoding, k) for k in ("beam_size", "length_penalty", "batch_size")
-        },
+        "decoding": {k: getattr(decoding, k) for k in SETTINGS},
         "sentences": len(sources),
         "measured": {name: vars(m) for name, m in measured.items()},
         "bleu": scores,

@@ -10,6 +10,8 @@ never outputs them.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,6 +26,13 @@ from seq2seq.model.transformer import Transformer
 COMPUTE_TYPES = ("float32", "int8")  # int8: weights quantized when CTranslate2 loads them
 
 
+def scratch_directory() -> Path:
+    """A temporary directory for the converted model, removed when the process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-ct2-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 def ctranslate2_searches(
     model: Transformer, tokenizer: Tokenizer, length: int, beam: int, penalty: float
 ) -> tuple[dict[str, SearchFactory], str]:
@@ -34,7 +43,7 @@ def ctranslate2_searches(
     except ImportError:
         return {}, "ctranslate2 is not installed: pip install -e '.[deploy]'"
     device = next(model.parameters()).device
-    directory = Path(tempfile.mkdtemp(prefix="bench-ct2-")) / "model"
+    directory = scratch_directory() / "model"
     export_model(model, tokenizer, directory)
     never = [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]  # as ours
 
