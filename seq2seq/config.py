@@ -280,6 +280,24 @@ class TranslateConfig:
 
 
 @dataclass
+class ExportSettings:
+    dir: str
+    quantization: str  # "none": float32; else one of CTranslate2's types, checked on export
+    overwrite: bool
+
+
+@dataclass
+class ExportConfig:
+    """What `export` reads (conf/export.yaml): a checkpoint and where to write its conversion."""
+
+    ckpt_path: str
+    export: ExportSettings
+
+    def check(self) -> None:
+        pass
+
+
+@dataclass
 class VisualizeConfig:
     """What `visualize` reads (conf/visualize.yaml)."""
 

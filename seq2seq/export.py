@@ -1,5 +1,7 @@
 """Conversion of a trained model to a CTranslate2 model directory (docs/deploy.md).
 
+    python -m seq2seq.export ckpt_path=... export.dir=model_ct2 [export.quantization=int8]
+
 Built through CTranslate2's Python spec API, one of our modules to one of its specs: the same
 weights, the same sinusoidal table (ours, passed explicitly: CTranslate2's built-in one differs)
 and the SentencePiece pieces as the vocabulary. Only what CTranslate2 computes exactly as we do
@@ -13,20 +15,27 @@ them, and decodes the output pieces with `sp.decode(pieces)`.
 from __future__ import annotations
 
 import importlib
+import json
+import logging
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
 from torch import Tensor, nn
 
 from seq2seq.checkpoint import load_trained
+from seq2seq.cli import entrypoint
+from seq2seq.config import ExportConfig, config_to_dict
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, require
 from seq2seq.io import atomic_dir
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.config import ModelConfig, Norm, Score, Stream
 from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+
+log = logging.getLogger("seq2seq.export")
 
 # (query, key_value) of each site in the one wiring CTranslate2 has
 STANDARD_STREAMS = {
@@ -166,30 +175,81 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
     return spec
 
 
+METADATA = "seq2seq_export.json"  # beside CTranslate2's files: where the model came from
+
+
 def export_model(
-    model: Transformer, tokenizer: Tokenizer, directory: Path, quantization: str | None = None
+    model: Transformer,
+    tokenizer: Tokenizer,
+    directory: Path,
+    quantization: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write `model` as a CTranslate2 model directory, weights stored as `quantization` (None:
-    float32; "int8", "int8_float32", "int16", "bfloat16", ...: CTranslate2's types). The
-    directory appears only complete (written beside it, then renamed)."""
+    float32; "int8", "int8_float32", "int16", "bfloat16", ...: CTranslate2's types), with the
+    SentencePiece models (src.model, tgt.model) and `metadata` as seq2seq_export.json. The
+    directory appears only complete (written beside it, then renamed); a non-empty one is
+    replaced only with `overwrite`."""
     accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
     require(
         quantization is None or quantization in accepted,
-        "quantization",
-        f"{quantization!r} is not one of CTranslate2's types {', '.join(accepted)}",
+        "export.quantization",
+        f"{quantization!r} is not one of CTranslate2's types: none, {', '.join(accepted)}",
     )
     directory = Path(directory)
-    if directory.exists():
-        raise ConfigError(f"{directory} already exists: choose another directory or remove it")
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"export.dir {directory} is a file: name a directory")
+    if directory.exists() and any(directory.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"export.dir {directory} already exists and is not empty: choose another "
+            "directory, or replace it with export.overwrite=true"
+        )
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, replace=True) as tmp:
         spec.save(str(tmp))
+        tokenizer.save(tmp)
+        record = {"quantization": quantization or "float32", **(metadata or {})}
+        (tmp / METADATA).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return directory
 
 
-def export_checkpoint(checkpoint: Path, directory: Path, quantization: str | None = None) -> Path:
+def best_val_bleu(checkpoint: Path) -> float | None:
+    """The best validation BLEU of the run a checkpoint comes from: its run_summary.json, when
+    the checkpoint still sits in that run's checkpoints/ directory."""
+    summary = checkpoint.parent.parent / "run_summary.json"
+    if checkpoint.parent.name != "checkpoints" or not summary.is_file():
+        return None
+    return json.loads(summary.read_text()).get("best_val_bleu")
+
+
+def export_checkpoint(
+    checkpoint: Path, directory: Path, quantization: str | None = None, overwrite: bool = False
+) -> Path:
     """A seq2seq checkpoint (.ckpt) as a CTranslate2 model directory (see `export_model`)."""
-    trained = load_trained(Path(checkpoint))
-    return export_model(trained.model, trained.tokenizer, directory, quantization)
+    checkpoint = Path(checkpoint).resolve()
+    trained = load_trained(checkpoint)
+    metadata = {
+        "checkpoint": str(checkpoint),
+        "best_val_bleu": best_val_bleu(checkpoint),
+        "config": config_to_dict(trained.config),
+    }
+    return export_model(
+        trained.model, trained.tokenizer, directory, quantization, metadata, overwrite
+    )
+
+
+@entrypoint(config_name="export", schema=ExportConfig)
+def main(config: ExportConfig) -> None:
+    settings = config.export
+    quantization = None if settings.quantization == "none" else settings.quantization
+    directory = export_checkpoint(
+        Path(config.ckpt_path), Path(settings.dir), quantization, settings.overwrite
+    )
+    log.info("exported %s to %s (%s)", config.ckpt_path, directory, quantization or "float32")
+
+
+if __name__ == "__main__":
+    main()

@@ -46,16 +46,22 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Yield a temp directory beside `path`; rename it onto `path` only if the block succeeds."""
+def atomic_dir(path: Path, replace: bool = False) -> Iterator[Path]:
+    """Yield a temp directory beside `path`; rename it onto `path` only if the block succeeds.
+    An existing `path` is kept (another process finished first) unless `replace`: then it is
+    moved aside, the new one renamed into place, and the old one deleted."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+    old = tmp_path.with_suffix(".old")
     try:
         yield tmp_path
-        if path.exists():  # another process finished first: keep its copy
-            return
         os.chmod(tmp_path, 0o777 & ~_umask())
+        if path.exists():
+            if not replace:
+                return
+            os.replace(path, old)
         os.replace(tmp_path, path)
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)

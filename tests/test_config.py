@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import (
     EvaluateConfig,
+    ExportConfig,
     TranslateConfig,
     VisualizeConfig,
     config_to_dict,
@@ -49,12 +50,16 @@ def test_every_config_file_composes(group: str, option: str) -> None:
         ("evaluate", EvaluateConfig, ["ckpt_path=x.ckpt"]),
         ("translate", TranslateConfig, ["ckpt_path=x.ckpt"]),
         ("visualize", VisualizeConfig, ["ckpt_path=x.ckpt", "text=A dog."]),
+        ("export", ExportConfig, ["ckpt_path=x.ckpt", "export.dir=ct2"]),
     ],
 )
 def test_root_configs_compose(name: str, schema: type, overrides: list[str]) -> None:
     config = compose_config(overrides, config_name=name, schema=schema)
     assert config.ckpt_path == "x.ckpt"
-    assert config.decoding.beam_size == (1 if name == "visualize" else 5)
+    if name == "export":
+        assert config.export.quantization == "none" and config.export.overwrite is False
+    else:
+        assert config.decoding.beam_size == (1 if name == "visualize" else 5)
     with pytest.raises(ConfigError, match="'ckpt_path'"):
         compose_config(overrides[1:], config_name=name, schema=schema)
 

@@ -7,6 +7,7 @@ position of every layer, greedy strings the whole decoding path.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -188,5 +189,26 @@ def test_directory_appears_only_complete(
     )
     with pytest.raises(ConfigError, match="already exists"):
         export_model(model, tokenizer, tmp_path / "ct2")
-    with pytest.raises(ConfigError, match="'quantization'"):
+    with pytest.raises(ConfigError, match="'export.quantization'"):
         export_model(model, tokenizer, tmp_path / "other", "int3")
+
+
+def test_tokenizer_and_metadata_go_along_and_overwrite_is_explicit(
+    tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    model, directory = wired_model(vocab=VOCAB), tmp_path / "ct2"
+    directory.mkdir()  # an empty directory may be written into
+    export_model(model, tokenizer, directory, metadata={"best_val_bleu": 12.5})
+    assert (directory / "src.model").read_bytes() == tokenizer.src_model
+    assert (directory / "tgt.model").read_bytes() == tokenizer.tgt_model
+    metadata = json.loads((directory / "seq2seq_export.json").read_text())
+    assert metadata == {"quantization": "float32", "best_val_bleu": 12.5}
+    with pytest.raises(ConfigError, match="export.overwrite=true"):
+        export_model(model, tokenizer, directory, "int8")
+    assert json.loads((directory / "seq2seq_export.json").read_text()) == metadata
+    export_model(model, tokenizer, directory, "int8", overwrite=True)
+    assert json.loads((directory / "seq2seq_export.json").read_text())["quantization"] == "int8"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2"]  # nothing left beside it
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        export_model(model, tokenizer, tmp_path / "file")

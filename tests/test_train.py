@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 import torch
 from helpers import compose_config, config_of, few_pairs_overrides, run, write_lines
 
@@ -192,6 +193,44 @@ def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
     assert results["same_as_ours"]["ctranslate2 float32"] == PAIRS
     assert results["bleu"]["ctranslate2 float32"] == results["bleu"]["ours"] >= 80
     assert "| ctranslate2 int8 |" in result.stdout
+
+
+def test_export_command_writes_a_model_that_translates_as_ours(
+    overfit_run, few_pairs: FewPairs, tmp_path: Path
+) -> None:
+    import ctranslate2
+
+    run_dir, _ = overfit_run
+    ckpt = run_dir / "checkpoints" / "averaged.ckpt"
+    result = run("export", tmp_path, f"ckpt_path={ckpt}", "export.dir=ct2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metadata = json.loads((tmp_path / "ct2" / "seq2seq_export.json").read_text())
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert metadata["checkpoint"] == str(ckpt.resolve())
+    assert metadata["best_val_bleu"] == summary["best_val_bleu"]
+    assert metadata["quantization"] == "float32" and metadata["config"]["model"]["d_model"] > 0
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "ct2" / "src.model"))
+    engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    pieces = [sp.encode(line, out_type=str) for line in few_pairs.src[:8]]
+    results = engine.translate_batch(pieces, beam_size=1, max_decoding_length=64)
+    greedy = config_of("decoding/greedy", DecodingConfig, max_len_a=0, max_len_b=60)
+    ours = Translator.from_checkpoint(ckpt, greedy).translate(few_pairs.src[:8])
+    assert [sp.decode(r.hypotheses[0]) for r in results] == ours
+
+    again = run("export", tmp_path, f"ckpt_path={ckpt}", "export.dir=ct2")
+    assert again.returncode == 1 and "export.overwrite=true" in again.stderr
+    assert "Traceback" not in again.stderr
+    int8 = run(
+        "export",
+        tmp_path,
+        f"ckpt_path={ckpt}",
+        "export.dir=ct2",
+        "export.quantization=int8",
+        "export.overwrite=true",
+    )
+    assert int8.returncode == 0, int8.stderr[-3000:]
+    metadata = json.loads((tmp_path / "ct2" / "seq2seq_export.json").read_text())
+    assert metadata["quantization"] == "int8"
 
 
 def test_resuming_with_another_tokenizer_is_refused_naming_both(
