@@ -11,6 +11,7 @@ never outputs them.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,19 +34,35 @@ def scratch_directory() -> Path:
     return directory
 
 
+def engine(directory: Path, device: str, compute_type: str):
+    """A ctranslate2.Translator on our threads: one worker, torch's intra-op thread count."""
+    import ctranslate2
+
+    return ctranslate2.Translator(
+        str(directory),
+        device=device,
+        compute_type=compute_type,
+        inter_threads=1,
+        intra_threads=torch.get_num_threads(),
+    )
+
+
+def never_output(model: Transformer, tokenizer: Tokenizer) -> list[list[str]]:
+    """PAD and BOS as CTranslate2's `suppress_sequences`: our search never outputs them."""
+    return [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]
+
+
 def ctranslate2_searches(
     model: Transformer, tokenizer: Tokenizer, length: int, beam: int, penalty: float
 ) -> tuple[dict[str, SearchFactory], str]:
     """CTranslate2's greedy and beam search per compute type, each built on demand (a live
     Translator slows every other system: bench.measure.Isolated), or none and why not."""
-    try:
-        import ctranslate2
-    except ImportError:
+    if importlib.util.find_spec("ctranslate2") is None:
         return {}, "ctranslate2 is not installed: pip install -e '.[deploy]'"
     device = next(model.parameters()).device
     directory = scratch_directory() / "model"
     export_model(model, tokenizer, directory)
-    never = [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]  # as ours
+    never = never_output(model, tokenizer)
 
     def pieces(src: Tensor) -> list[list[str]]:
         rows = [row[: row.index(model.eos_id)] for row in src.tolist()]
@@ -53,13 +70,7 @@ def ctranslate2_searches(
 
     def factory(compute_type: str, beams: int) -> SearchFactory:
         def build() -> Search:
-            translator = ctranslate2.Translator(
-                str(directory),
-                device=device.type,
-                compute_type=compute_type,
-                inter_threads=1,
-                intra_threads=torch.get_num_threads(),
-            )
+            translator = engine(directory, device.type, compute_type)
 
             def search(src: Tensor) -> list[list[str]]:
                 results = translator.translate_batch(

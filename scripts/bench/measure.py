@@ -71,9 +71,9 @@ class Measured:
 @dataclass
 class Isolated:
     """A phase whose system slows the others while it exists: CTranslate2's Translator keeps
-    its own OpenMP threads, and ours decoded 25% slower beside a live one (docs/performance.md).
-    `build` makes the phase's run before each of its repetitions, outside the timing; the run
-    is deleted after it."""
+    its own OpenMP threads, and ours decoded 25% slower beside a live one (AMD EPYC; bf16
+    units: avx512_bf16; docs/performance.md). `build` makes the phase's run before each of its
+    repetitions, outside the timing; the run is deleted after it."""
 
     build: Callable[[], Callable[[], float]]
 
@@ -81,17 +81,28 @@ class Isolated:
 Phase = Callable[[], float] | Isolated
 
 
+def built(phase: Phase) -> Callable[[], float]:
+    return phase.build() if isinstance(phase, Isolated) else phase
+
+
+def release(phase: Phase) -> None:
+    """After an Isolated phase's run is deleted: collect it now, not during the next phase."""
+    if isinstance(phase, Isolated):
+        gc.collect()
+
+
 def interleaved(phases: dict[str, Phase], reps: int, device: torch.device) -> dict[str, Measured]:
     """Run each phase once to warm up, then `reps` rounds of all phases in turn. A phase
     returns its work (tokens or sentences), which the rates divide by the seconds."""
     results = {}
     for name, phase in phases.items():
-        run = phase.build() if isinstance(phase, Isolated) else phase
+        run = built(phase)
         results[name] = Measured([], run(), [])
         del run
+        release(phase)
     for _ in range(reps):
         for name, phase in phases.items():
-            run = phase.build() if isinstance(phase, Isolated) else phase
+            run = built(phase)
             synchronize(device)
             with peak_memory(device, results[name].memory):
                 start = time.perf_counter()
@@ -99,5 +110,5 @@ def interleaved(phases: dict[str, Phase], reps: int, device: torch.device) -> di
                 synchronize(device)
                 results[name].seconds.append(time.perf_counter() - start)
             del run
-            gc.collect()
+            release(phase)
     return results

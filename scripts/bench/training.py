@@ -29,7 +29,8 @@ def timed_batches(
     batches: list[Batch], precisions: Precisions, device: torch.device, cpu_bf16_batches: int
 ) -> dict[str, list[Batch]]:
     """The batches of a pass per precision: fewer for bf16 on a CPU without bf16 units, where
-    it runs 33x slower than fp32 (docs/performance.md); `auto` would train in fp32 there."""
+    it runs 33x slower than fp32 (AMD EPYC; bf16 units: none, AVX2 only; docs/performance.md);
+    `auto` would train in fp32 there."""
     slow_bf16 = device.type == "cpu" and auto_precision("cpu").precision != BF16
     return {
         precision: batches[:cpu_bf16_batches] if dtype is not None and slow_bf16 else batches
