@@ -105,7 +105,9 @@ TENSORBOARD = {
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
-    return {"logger": dict(TENSORBOARD), **saved}
+    upgraded = {"logger": dict(TENSORBOARD), **saved}
+    upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
+    return upgraded
 
 
 def load_trained(path: Path) -> TrainedModel:

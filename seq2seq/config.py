@@ -170,6 +170,7 @@ class OptimConfig:
 class DecodingConfig:
     beam_size: int
     length_penalty: float
+    nbest: int  # hypotheses per sentence, best first
     max_len_a: float  # output tokens before EOS <= max_len_a * source tokens + max_len_b
     max_len_b: int
     batch_size: int  # sentences per decoding batch
@@ -177,6 +178,12 @@ class DecodingConfig:
 
     def check(self) -> None:
         require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
+        require(
+            1 <= self.nbest <= self.beam_size,
+            "decoding.nbest",
+            f"{self.nbest} hypotheses from a beam of {self.beam_size}: use 1 <= nbest <= "
+            "beam_size (raise decoding.beam_size for more)",
+        )
         require(
             self.long_inputs in ("truncate", "error"),
             "decoding.long_inputs",

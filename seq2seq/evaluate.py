@@ -1,9 +1,11 @@
 """`python -m seq2seq.evaluate ckpt_path=... [decoding.beam_size=5] [data.test_sets=[val]]`.
 
-Scores a checkpoint with the tokenizer and data config it carries, reading only the test files
-(`data.*` overrides pick others). Writes hypotheses (<ckpt>.<set>.<decoding>.hyp) next to the
-checkpoint and a JSON of all scores with sacreBLEU signatures
-(<ckpt>.<sets>.<decoding>.scores.json).
+Scores a checkpoint, or a directory written by seq2seq.export (decoded by CTranslate2), with
+the tokenizer and data config it carries, reading only the test files (`data.*` overrides pick
+others). Writes hypotheses (<ckpt>.<set>.<decoding>.hyp next to a checkpoint,
+<set>.<decoding>.hyp inside an export directory) and a JSON of all scores with sacreBLEU
+signatures (<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.json). With
+`decoding.nbest` > 1 the best hypothesis of each sentence is scored.
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from seq2seq.checkpoint import TrainedModel, load_trained
 from seq2seq.cli import entrypoint
 from seq2seq.config import (
     DataConfig,
     DecodingConfig,
     EvaluateConfig,
+    RootConfig,
     config_to_dict,
     validate_config,
 )
 from seq2seq.data.corpus import SplitPaths, ensure_available, read_parallel, split_paths
-from seq2seq.errors import ConfigError, DataError
+from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
 from seq2seq.metrics import corpus_scores
-from seq2seq.translator import Translator, default_device
+from seq2seq.translator import default_device, load_translator
 
 log = logging.getLogger("seq2seq.evaluate")
 
@@ -40,10 +42,10 @@ def decoding_tag(d: DecodingConfig) -> str:
     return "greedy" if d.beam_size == 1 else f"beam{d.beam_size}-lp{d.length_penalty:g}"
 
 
-def evaluation_data(trained: TrainedModel, overrides: dict[str, Any]) -> DataConfig:
+def evaluation_data(trained: RootConfig, overrides: dict[str, Any]) -> DataConfig:
     """The checkpoint's data config with `overrides` merged over it, checked as a whole (so that
     errors name the key as `data.<key>`)."""
-    merged = OmegaConf.merge(config_to_dict(trained.config), {"data": overrides})
+    merged = OmegaConf.merge(config_to_dict(trained), {"data": overrides})
     data = validate_config(merged).data
     if not data.test_sets:
         raise ConfigError(
@@ -72,15 +74,29 @@ def evaluation_files(data: DataConfig) -> dict[str, SplitPaths]:
     return {split.name: split for split in ensure_available(data, list(data.test_sets))}
 
 
+def output_path(ckpt_path: Path, name: str) -> Path:
+    """Where evaluate writes `name`: inside an export directory, else beside the checkpoint
+    with its name in front."""
+    if ckpt_path.is_dir():
+        return ckpt_path / name
+    return ckpt_path.with_name(f"{ckpt_path.stem}.{name}")
+
+
 def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[str, Any]) -> dict:
-    """Score `ckpt_path` on its data config's test sets, with `data` keys merged over that
-    config (other sets or files); return and write the scores."""
-    trained = load_trained(ckpt_path)
+    """Score `ckpt_path` (a checkpoint or an export directory) on its data config's test sets,
+    with `data` keys merged over that config (other sets or files); return and write the
+    scores."""
+    translator, trained = load_translator(ckpt_path, decoding, default_device())
+    if trained is None:
+        raise CheckpointError(
+            f"{ckpt_path} records no training configuration, so evaluate does not know its "
+            "test sets: export it with python -m seq2seq.export ckpt_path=<ckpt> export.dir=..."
+        )
     files = evaluation_files(evaluation_data(trained, data))
-    translator = Translator(trained.model, trained.tokenizer, decoding, default_device())
     tag = decoding_tag(decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),
+        "backend": translator.backend,
         "decoding": config_to_dict(decoding),
         "test_sets": {},
     }
@@ -89,7 +105,7 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
         start = time.perf_counter()
         hypotheses = translator.translate(sources, str(split.src))
         seconds = time.perf_counter() - start
-        hyp_path = ckpt_path.with_name(f"{ckpt_path.stem}.{name}.{tag}.hyp")
+        hyp_path = output_path(ckpt_path, f"{name}.{tag}.hyp")
         with atomic_path(hyp_path) as tmp:
             tmp.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
         results["test_sets"][name] = {
@@ -100,7 +116,7 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
             "references": str(split.tgt),
         }
     sets = "+".join(files)  # one file per evaluated set list: nothing clobbered
-    scores_path = ckpt_path.with_name(f"{ckpt_path.stem}.{sets}.{tag}.scores.json")
+    scores_path = output_path(ckpt_path, f"{sets}.{tag}.scores.json")
     with atomic_path(scores_path) as tmp:
         tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     Console(width=160).print(score_table(results))

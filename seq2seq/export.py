@@ -211,7 +211,11 @@ def export_model(
     with atomic_dir(directory, replace=True) as tmp:
         spec.save(str(tmp))
         tokenizer.save(tmp)
-        record = {"quantization": quantization or "float32", **(metadata or {})}
+        record = {
+            "quantization": quantization or "float32",
+            "max_len": model.config.max_len,  # positions, source EOS included
+            **(metadata or {}),
+        }
         (tmp / METADATA).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return directory
 

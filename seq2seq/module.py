@@ -71,7 +71,7 @@ class TranslationModule(pl.LightningModule):
             self.model.pad_id,
         )
         outputs = greedy_search(self.model, batch.src, max_len)
-        texts = self.tokenizer.decode_tgt(outputs)
+        texts = self.tokenizer.decode_tgt([best.tokens for (best,) in outputs])
         for index, text in zip(batch.index.tolist(), texts, strict=True):
             self._hypotheses[index] = text
 

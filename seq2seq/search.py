@@ -6,11 +6,18 @@ token ids (`pad_id`, `bos_id`, `eos_id`, the tokenizer's): the Transformer, or a
 model in tests. Only the loop over time steps is Python; sentences and beams are tensor
 dimensions. A sentence that is done leaves the batch (`reorder` with fewer rows), as in fairseq,
 so the last steps of a batch cost only what its unfinished sentences need.
+
+Both return n-best lists, best first, of `Hypothesis(tokens, score)`: the score is the sum of
+the log-probabilities of the tokens and EOS over length**length_penalty, the length counting
+EOS. PAD and BOS are never output, and each step's distribution is renormalised over the
+tokens that can be: the log-probabilities of the distribution the search draws from, as
+CTranslate2 computes them for its suppressed tokens, so that an exported model gives the same
+hypotheses and scores (docs/deploy.md).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -30,6 +37,11 @@ class IncrementalDecoder(Protocol):
     def decode_step(self, state: DecoderState, tokens: Tensor) -> Tensor: ...
 
 
+class Hypothesis(NamedTuple):
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log-probability with EOS / (tokens + 1) ** length_penalty
+
+
 def max_output_len(src: Tensor, a: float, b: int, limit: int, pad_id: int) -> Tensor:
     """Per-sentence budget of output tokens before EOS: a * source tokens + b, within the
     model's `limit` positions. `src` (B, S) holds source ids with EOS, padded with `pad_id`."""
@@ -37,40 +49,56 @@ def max_output_len(src: Tensor, a: float, b: int, limit: int, pad_id: int) -> Te
     return (a * src_len + b).long().clamp(max=limit - 1)
 
 
-def _constrain(model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor) -> Tensor:
+# the probability left to the other tokens when PAD and BOS take (almost) all: a model that
+# broken gets finite scores, not infinite ones
+LEAST_REMAINDER = 1e-6
+
+
+def _constrain(
+    model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor
+) -> tuple[Tensor, Tensor]:
     """PAD and BOS are never output; rows at their length limit (`at_limit`) may only end.
-    In place: the (N, V) copy a masked_fill makes was a fifth of a beam search step
-    (AMD EPYC; bf16 units: avx512_bf16)."""
+    Returns the masked log-probs and, per row, log(1 - P(PAD) - P(BOS)): subtracted from a
+    row's log-probs, it renormalises them over the tokens that can be output (a constant per
+    row, so it goes to the scores, not over the (N, V) table). In place: the (N, V) copy a
+    masked_fill makes was a fifth of a beam search step (AMD EPYC; bf16 units: avx512_bf16)."""
+    never = log_probs[..., [model.pad_id, model.bos_id]]
+    remainder = (1 - never.float().exp().sum(dim=-1)).clamp(min=LEAST_REMAINDER).log()
     log_probs[..., [model.pad_id, model.bos_id]] = float("-inf")
     if at_limit.any():
         eos = log_probs[..., model.eos_id].clone()
         log_probs[at_limit] = float("-inf")
         log_probs[..., model.eos_id] = eos
-    return log_probs
+    return log_probs, remainder
 
 
-def _strip(model: IncrementalDecoder, rows: Tensor) -> list[list[int]]:
-    """Token rows to lists, cut at the first EOS or PAD."""
+def _strip(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
+    """Token rows cut at the first EOS or PAD."""
     ends = (model.eos_id, model.pad_id)
     out = []
-    for row in rows.tolist():
+    for row in rows:
         end = next((i for i, tok in enumerate(row) if tok in ends), len(row))
         out.append(row[:end])
     return out
 
 
 @torch.no_grad()
-def greedy_search(model: IncrementalDecoder, src: Tensor, max_len: Tensor) -> list[list[int]]:
-    """Most probable next token at each step. `max_len` (B,): output tokens before EOS."""
+def greedy_search(
+    model: IncrementalDecoder, src: Tensor, max_len: Tensor, length_penalty: float = 1.0
+) -> list[list[Hypothesis]]:
+    """Most probable next token at each step (one hypothesis per sentence). `max_len` (B,):
+    output tokens before EOS; `length_penalty` only scales the reported scores."""
     horizon = int(max_len.max()) + 1
     state = model.start_decoding(src, beam=1)
     outputs = torch.full((src.shape[0], horizon), model.pad_id, dtype=torch.long, device=src.device)
+    total = torch.zeros(src.shape[0], device=src.device)
     sentence = torch.arange(src.shape[0], device=src.device)  # of each row still decoding
     tokens = torch.full_like(sentence, model.bos_id)
     for t in range(horizon):
-        log_probs = _constrain(model, model.decode_step(state, tokens), t >= max_len)
-        tokens = log_probs.argmax(dim=-1)
+        log_probs, remainder = _constrain(model, model.decode_step(state, tokens), t >= max_len)
+        best, tokens = log_probs.max(dim=-1)
         outputs[sentence, t] = tokens
+        total[sentence] += best.float() - remainder
         going = tokens != model.eos_id
         if not going.all():
             if not going.any():
@@ -78,7 +106,11 @@ def greedy_search(model: IncrementalDecoder, src: Tensor, max_len: Tensor) -> li
             rows = going.nonzero().squeeze(1)
             state.reorder(rows)
             sentence, tokens, max_len = sentence[rows], tokens[rows], max_len[rows]
-    return _strip(model, outputs)
+    rows = _strip(model, outputs.tolist())
+    return [
+        [Hypothesis(row, score / (len(row) + 1) ** length_penalty)]
+        for row, score in zip(rows, total.tolist(), strict=True)
+    ]
 
 
 @torch.no_grad()
@@ -88,13 +120,18 @@ def beam_search(
     max_len: Tensor,
     beam: int,
     length_penalty: float = 1.0,
-) -> list[list[int]]:
-    """Beam search; the best finished hypothesis by score / length**length_penalty.
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search; the `nbest` (<= beam) best finished hypotheses by score, best first.
 
-    As in fairseq: a hypothesis ends when an EOS candidate ranks among the top `beam` of the
-    2 x beam candidates of a step, and a sentence is done once it has `beam` finished
-    hypotheses or reaches `max_len`. With beam 1 this is exactly greedy search.
+    As in fairseq and CTranslate2: a hypothesis ends when an EOS candidate ranks among the top
+    `beam` of the 2 x beam candidates of a step, and a sentence is done once it has `beam`
+    finished hypotheses or reaches `max_len`. Without length penalty, scores only fall as a
+    hypothesis grows, so (as CTranslate2 does) a sentence is done as soon as the best candidate
+    of a step is an EOS and `nbest` have finished. With beam 1 this is exactly greedy search.
     """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam}")
     b, k, device = src.shape[0], beam, src.device
     state = model.start_decoding(src, beam=k)
     inf = float("-inf")
@@ -107,17 +144,20 @@ def beam_search(
     alive_score[:, 0] = 0.0  # all beams start as the same empty hypothesis: expand one
     alive_seq = torch.zeros((b, k, 0), dtype=torch.long, device=device)
     last = torch.full((b * k,), model.bos_id, dtype=torch.long, device=device)
-    final_score = torch.full((b, k), inf, device=device)
+    final_score = torch.full((b, k), inf, device=device)  # normalised, best first
     final_seq = torch.full((b, k, horizon), model.pad_id, dtype=torch.long, device=device)
     n_final = torch.zeros(b, dtype=torch.long, device=device)
+    best_ended = torch.zeros(b, dtype=torch.bool, device=device)  # a step's best was an EOS
     rank = torch.arange(2 * k, device=device)
     for t in range(horizon):
         n = len(sentence)
         log_probs = model.decode_step(state, last)  # (n*K, V)
         vocab = log_probs.shape[-1]
         at_limit = t >= max_len  # (n,)
-        log_probs = _constrain(model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k))
-        candidates = (alive_score[..., None] + log_probs).view(n, k * vocab)
+        log_probs, remainder = _constrain(
+            model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k)
+        )
+        candidates = ((alive_score - remainder)[..., None] + log_probs).view(n, k * vocab)
         top_score, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K)
         source_beam, token = top_index // vocab, top_index % vocab
 
@@ -133,7 +173,11 @@ def beam_search(
                 1, keep[..., None].expand(-1, -1, horizon)
             )
             n_final += finishing.sum(dim=1)
-        done = (n_final >= k) | at_limit
+            best_ended |= finishing[:, 0]
+        if length_penalty == 0:
+            done = (best_ended & (n_final >= nbest)) | at_limit
+        else:
+            done = (n_final >= k) | at_limit
         survivors = torch.arange(n, device=device)
         if done.any():
             finished = sentence[done]
@@ -145,6 +189,7 @@ def beam_search(
             final_score, final_seq = final_score[survivors], final_seq[survivors]
             top_score, token = top_score[survivors], token[survivors]
             source_beam, alive_seq = source_beam[survivors], alive_seq[survivors]
+            best_ended = best_ended[survivors]
 
         # the best K candidates that did not end continue
         alive_score, pick = top_score.masked_fill(token == model.eos_id, inf).topk(k, dim=1)
@@ -155,5 +200,12 @@ def beam_search(
         )
         state.reorder((survivors[:, None] * k + chosen_beam).view(-1))  # rows before the drop
         last = last_token.view(-1)
-    best = result_score.argmax(dim=1)
-    return _strip(model, result_seq[torch.arange(b, device=device), best])
+    scores, seqs = result_score[:, :nbest].tolist(), result_seq[:, :nbest].tolist()
+    return [
+        [
+            Hypothesis(row, score)
+            for row, score in zip(_strip(model, rows), sentence_scores, strict=True)
+            if score > inf
+        ]
+        for rows, sentence_scores in zip(seqs, scores, strict=True)
+    ]

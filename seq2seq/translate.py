@@ -1,7 +1,10 @@
 """`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`, or with
 `input=... output=...` files.
 
-One output line per input line, in order; an empty line gives an empty line. Reads in chunks,
+One output line per input line, in order; an empty line gives an empty line. With
+`decoding.nbest=k` (k > 1), k lines per input line instead, best first, each
+`<input line number, 1-based>\t<score>\t<text>` (the score of an empty line's k empty texts is
+0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export. Reads in chunks,
 so output to stdout starts before the input ends; an output file appears only when complete.
 Logs go to stderr.
 """
@@ -20,7 +23,7 @@ from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_path
-from seq2seq.translator import Translator, default_device
+from seq2seq.translator import Translation, Translator, default_device
 
 CHUNK_LINES = 1000
 
@@ -53,6 +56,15 @@ def open_output(path: str | None) -> Iterator[TextIO]:
         yield f
 
 
+def nbest_lines(translations: list[list[Translation]], first_line: int) -> str:
+    """The n-best format: `line number<TAB>score<TAB>text`, k lines per input line."""
+    return "".join(
+        f"{number}\t{score:.4f}\t{text}\n"
+        for number, nbest in enumerate(translations, start=first_line)
+        for text, score in nbest
+    )
+
+
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
     translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
@@ -69,8 +81,11 @@ def main(config: TranslateConfig) -> None:
                         f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
                         "convert the input to UTF-8 (e.g. with iconv)"
                     ) from None
-            outputs = translator.translate(lines, where, number - len(lines) + 1)
-            target.write("".join(t + "\n" for t in outputs))
+            first = number - len(lines) + 1
+            if config.decoding.nbest > 1:
+                target.write(nbest_lines(translator.translate_nbest(lines, where, first), first))
+            else:
+                target.write("".join(t + "\n" for t in translator.translate(lines, where, first)))
             target.flush()
 
 

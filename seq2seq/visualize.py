@@ -42,7 +42,8 @@ def attention_maps(
     tokenizer: Tokenizer = translator.tokenizer
     src_ids = tokenizer.encode_src([normalize(text)])[0]
     src = collate([(0, np.asarray(src_ids), np.empty(0, dtype=np.int64))]).src
-    [output] = translator.search(src)
+    [[best, *_]] = translator.search(src)
+    output = best.tokens
     tgt_in = torch.tensor([[tokenizer.bos_id, *output]])
     memory, src_mask = model.encode(src)
     _, weights_per_layer = model.decode(tgt_in, memory, src_mask, need_weights=True)

@@ -120,6 +120,43 @@ def toy_corpus(n: int = 300) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
+def toy_tokenizer(vocab: int) -> Tokenizer:
+    """A joint SentencePiece model of `vocab` pieces trained on the toy corpus."""
+    from seq2seq.config import TokenizerConfig
+    from seq2seq.data.tokenizer import train_sentencepiece
+
+    config = group_config("tokenizer/sentencepiece", TokenizerConfig)
+    config.vocab_size, config.byte_fallback = vocab, False
+    sources, targets = toy_corpus()
+    model = train_sentencepiece(sources + targets, config)
+    return Tokenizer(model, model)
+
+
+def trained_toy_model(tokenizer: Tokenizer, steps: int = 150, **fields: Any):
+    """A tiny model (wired_model: 1+2 layers, d 32) after `steps` Adam updates of 32 toy pairs:
+    enough for greedy search to end sentences with EOS."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+
+    torch.manual_seed(0)
+    model = wired_model(vocab=tokenizer.src_vocab_size, max_len=64, **fields).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sources, targets = toy_corpus()
+    src, tgt = tokenizer.encode_src(sources), tokenizer.encode_tgt(targets)
+    for step in range(steps):
+        batch = [(step * 32 + j) % len(src) for j in range(32)]
+        source = pad_sequence([torch.tensor([*src[i], EOS_ID]) for i in batch], batch_first=True)
+        tgt_in = pad_sequence([torch.tensor([BOS_ID, *tgt[i]]) for i in batch], batch_first=True)
+        tgt_out = pad_sequence([torch.tensor([*tgt[i], EOS_ID]) for i in batch], batch_first=True)
+        loss = model.loss(source, tgt_in, tgt_out, 0.0) / (tgt_out != 0).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
 def split_file_overrides() -> list[str]:
     """data=parallel_files names: <split>.src and <split>.tgt for train, val and test."""
     return [

@@ -1,29 +1,31 @@
-"""seq2seq.export: a model converted to CTranslate2 computes what ours computes.
+"""seq2seq.export: a model converted to CTranslate2 computes what ours computes, and a
+Translator on the export directory (seq2seq.deployed) translates as ours does.
 
 A tiny model trained for a few seconds on the toy corpus (so that greedy search ends sentences
 with EOS), with a real SentencePiece tokenizer; teacher-forced log-probabilities compare every
-position of every layer, greedy strings the whole decoding path.
+position of every layer, greedy and beam strings the whole decoding path.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import config_of, toy_corpus, wired_model
-from torch.nn.utils.rnn import pad_sequence
+from helpers import config_of, toy_corpus, toy_tokenizer, trained_toy_model, wired_model
 
-from seq2seq.config import DecodingConfig, TokenizerConfig, group_config
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, train_sentencepiece
-from seq2seq.errors import ConfigError
+from seq2seq.config import DecodingConfig
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
 from seq2seq.translator import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="needs the deploy extra: .[deploy]")
+from seq2seq.deployed import CTranslate2Translator  # noqa: E402  (needs ctranslate2)
 
 VOCAB = 60
 SOURCES, TARGETS = toy_corpus(300)
@@ -32,28 +34,11 @@ LINES = [*SOURCES[:8], "a dog jumps over the red ball", "the"]
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    config = group_config("tokenizer/sentencepiece", TokenizerConfig)
-    config.vocab_size, config.byte_fallback = VOCAB, False
-    model = train_sentencepiece(SOURCES + TARGETS, config)
-    return Tokenizer(model, model)
+    return toy_tokenizer(VOCAB)
 
 
 def trained(tokenizer: Tokenizer, steps: int = 150, **fields) -> Transformer:
-    """A tiny model (1+2 layers, d 32) after `steps` Adam updates of 32 toy pairs."""
-    torch.manual_seed(0)
-    model = wired_model(vocab=VOCAB, max_len=64, **fields).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    src, tgt = tokenizer.encode_src(SOURCES), tokenizer.encode_tgt(TARGETS)
-    for step in range(steps):
-        batch = [(step * 32 + j) % len(src) for j in range(32)]
-        source = pad_sequence([torch.tensor([*src[i], EOS_ID]) for i in batch], batch_first=True)
-        tgt_in = pad_sequence([torch.tensor([BOS_ID, *tgt[i]]) for i in batch], batch_first=True)
-        tgt_out = pad_sequence([torch.tensor([*tgt[i], EOS_ID]) for i in batch], batch_first=True)
-        loss = model.loss(source, tgt_in, tgt_out, 0.0) / (tgt_out != 0).sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return trained_toy_model(tokenizer, steps, **fields)
 
 
 @pytest.fixture(scope="module", params=["pre", "post"])
@@ -105,21 +90,95 @@ def test_float32_gives_our_greedy_strings_and_log_probs(
     assert_same_log_probs(norm_model, tokenizer, directory)
 
 
-def test_beam_hypotheses_scored_as_ours(
-    norm_model: Transformer, tokenizer: Tokenizer, tmp_path: Path
+# lengths well inside the model's 64 positions: every hypothesis ends with its own EOS, where
+# ours and CTranslate2 agree (docs/deploy.md: at the length limit they may differ)
+WITHIN_LIMIT = {"max_len_a": 0, "max_len_b": 60}
+
+
+def ours_and_exported(
+    model: Transformer, tokenizer: Tokenizer, directory: Path, **fields
+) -> tuple[Translator, Translator]:
+    decoding = config_of("decoding/beam", DecodingConfig, **WITHIN_LIMIT, **fields)
+    exported = Translator.from_checkpoint(export_model(model, tokenizer, directory), decoding)
+    assert isinstance(exported, CTranslate2Translator)
+    return Translator(model, tokenizer, decoding), exported
+
+
+@pytest.mark.parametrize(
+    ("beam_size", "length_penalty", "nbest"),
+    [(1, 1.0, 1), (5, 0.0, 1), (5, 0.0, 3), (5, 0.6, 1), (5, 1.0, 5), (5, 1.4, 2)],
+)
+def test_export_directory_gives_our_hypotheses_and_scores(
+    norm_model: Transformer,
+    tokenizer: Tokenizer,
+    tmp_path: Path,
+    beam_size: int,
+    length_penalty: float,
+    nbest: int,
 ) -> None:
-    """CTranslate2's beam-5 scores (unnormalised) are our log-probabilities of its hypotheses,
-    EOS included, within 1e-2 (within 1e-4 by score_batch; its beam path differs slightly).
-    Its strings may differ from ours: it normalises length without EOS and stops a sentence
-    later than our fairseq-style search (docs/deploy.md)."""
-    directory = export_model(norm_model, tokenizer, tmp_path / "ct2")
-    translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
-    results = translator.translate_batch(
-        pieces(tokenizer, LINES), beam_size=5, length_penalty=0.0, return_scores=True
+    """Greedy, beam and n-best through the export directory: the same strings, in the same
+    order, and the same scores within 1e-4, on 210 lines."""
+    ours, exported = ours_and_exported(
+        norm_model,
+        tokenizer,
+        tmp_path / "ct2",
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        nbest=nbest,
     )
-    for line, result in zip(LINES, results, strict=True):
-        ours = our_log_probs(norm_model, tokenizer, line, result.hypotheses[0]).sum().item()
-        assert result.scores[0] == pytest.approx(ours, abs=1e-2)
+    lines = [*SOURCES[:200], *LINES]
+    expected, got = ours.translate_nbest(lines), exported.translate_nbest(lines)
+    assert all(len(nbest_list) == nbest for nbest_list in expected)
+    assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in expected]
+    scores = [t.score for n in got for t in n]
+    assert scores == pytest.approx([t.score for n in expected for t in n], abs=1e-4)
+
+
+def test_export_directory_handles_empty_and_long_lines_as_ours(
+    tokenizer: Tokenizer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty line gives k empty translations scored 0; a long one is truncated with a
+    warning naming it (its translation runs to the length limit, where the two may differ),
+    or refused with decoding.long_inputs=error."""
+    model = trained(tokenizer)
+    ours, exported = ours_and_exported(model, tokenizer, tmp_path / "ct2", nbest=2)
+    long = " ".join(["dog"] * 100)  # more than the 63 source positions
+    with caplog.at_level(logging.WARNING):
+        got = exported.translate_nbest(["a dog", "", long], where="in.txt", first_line=7)
+    assert "in.txt, line 9: 400 source tokens, truncated to 63" in caplog.text
+    expected = ours.translate_nbest(["a dog", ""])
+    assert [[t.text for t in n] for n in got[:2]] == [[t.text for t in n] for n in expected]
+    assert got[1] == [("", 0.0), ("", 0.0)] and len(got[2]) == 2
+    exported.decoding.long_inputs = "error"
+    with pytest.raises(DataError, match="in.txt, line 2: .* decoding.long_inputs=truncate"):
+        exported.translate(["a dog", long], where="in.txt")
+
+
+def test_a_damaged_export_directory_is_named_with_the_fix(
+    tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    directory = export_model(wired_model(vocab=VOCAB), tokenizer, tmp_path / "ct2")
+    with pytest.raises(
+        CheckpointError,
+        match=r"not a model exported by seq2seq.export \(missing: "
+        r"model.bin, config.json, src.model, tgt.model, seq2seq_export.json\)",
+    ):
+        Translator.from_checkpoint(tmp_path)
+    metadata = directory / "seq2seq_export.json"
+    good = metadata.read_text()
+    metadata.write_text(good.replace('"max_len"', "max_len", 1))
+    with pytest.raises(CheckpointError, match=r"seq2seq_export.json, line 3: not valid JSON"):
+        Translator.from_checkpoint(directory)
+    metadata.write_text(json.dumps({"quantization": "float32"}))
+    with pytest.raises(CheckpointError, match="no 'max_len'"):
+        Translator.from_checkpoint(directory)
+    metadata.write_text(good)
+    (directory / "model.bin").write_bytes(b"not a model")
+    with pytest.raises(CheckpointError, match="cannot load the CTranslate2 model in .*export"):
+        Translator.from_checkpoint(directory)
+    (directory / "model.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"\(missing: model.bin\)"):
+        Translator.from_checkpoint(directory)
 
 
 @pytest.mark.parametrize("fields", [{"score": "dot"}, {"positions": "learned"}])
@@ -202,7 +261,7 @@ def test_tokenizer_and_metadata_go_along_and_overwrite_is_explicit(
     assert (directory / "src.model").read_bytes() == tokenizer.src_model
     assert (directory / "tgt.model").read_bytes() == tokenizer.tgt_model
     metadata = json.loads((directory / "seq2seq_export.json").read_text())
-    assert metadata == {"quantization": "float32", "best_val_bleu": 12.5}
+    assert metadata == {"quantization": "float32", "max_len": 256, "best_val_bleu": 12.5}
     with pytest.raises(ConfigError, match="export.overwrite=true"):
         export_model(model, tokenizer, directory, "int8")
     assert json.loads((directory / "seq2seq_export.json").read_text()) == metadata

@@ -1,4 +1,5 @@
-"""Greedy and beam search: beam 1 is greedy, beam finds a better path, batching changes nothing."""
+"""Greedy and beam search: beam 1 is greedy, beam finds a better path, batching changes nothing,
+scores are the normalised log-probabilities, n-best lists are the best finished hypotheses."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import beam_search, greedy_search, max_output_len
 
-A, B = 4, 5  # tokens of the hand-built model
+A, B, C = 4, 5, 6  # tokens of the hand-built models
 
 
 class TableState:
@@ -28,16 +29,28 @@ class TableState:
 class TableModel:
     """A hand-built decoder whose next-token distribution depends on the last token only.
 
-    Greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
+    By default greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
     (0.4 x 0.95 = 0.38), which a beam of 2 keeps. Search reads its special ids from it.
+    `next_tokens` replaces the table: {last token: {next token: probability}}, EOS as "eos".
     """
 
-    def __init__(self, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> None:
+    def __init__(
+        self,
+        pad_id: int = PAD_ID,
+        bos_id: int = BOS_ID,
+        eos_id: int = EOS_ID,
+        next_tokens: dict[int, dict[int | str, float]] | None = None,
+    ) -> None:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        p = torch.full((6, 6), 1e-9)
-        p[bos_id, A], p[bos_id, B] = 0.6, 0.4
-        p[A, eos_id], p[A, A], p[A, B] = 0.3, 0.35, 0.35
-        p[B, eos_id], p[B, A] = 0.95, 0.05
+        next_tokens = next_tokens or {
+            bos_id: {A: 0.6, B: 0.4},
+            A: {"eos": 0.3, A: 0.35, B: 0.35},
+            B: {"eos": 0.95, A: 0.05},
+        }
+        p = torch.full((7, 7), 1e-9)
+        for last, following in next_tokens.items():
+            for token, probability in following.items():
+                p[last, eos_id if token == "eos" else token] = probability
         self.log_p = (p / p.sum(-1, keepdim=True)).log()
 
     def start_decoding(self, src: torch.Tensor, beam: int = 1) -> TableState:
@@ -54,12 +67,62 @@ class TableModel:
 @pytest.mark.parametrize("ids", [(PAD_ID, BOS_ID, EOS_ID), (3, 0, 1)])
 def test_beam_search_finds_the_better_sequence_greedy_misses(ids: tuple[int, int, int]) -> None:
     model, src, max_len = TableModel(*ids), torch.full((1, 2), 2), torch.tensor([6])
-    [greedy] = greedy_search(model, src, max_len)
-    [beam] = beam_search(model, src, max_len, beam=2, length_penalty=0.0)
-    assert greedy[0] == A
-    assert beam == [B]  # ended by the model's EOS id, whichever it is
-    assert model.score(beam) > model.score(greedy)
-    assert math.isclose(math.exp(model.score(beam)), 0.4 * 0.95, rel_tol=1e-6)
+    [[greedy]] = greedy_search(model, src, max_len, length_penalty=0.0)
+    [[beam]] = beam_search(model, src, max_len, beam=2, length_penalty=0.0)
+    assert greedy.tokens[0] == A
+    assert beam.tokens == [B]  # ended by the model's EOS id, whichever it is
+    assert model.score(beam.tokens) > model.score(greedy.tokens)
+    assert math.isclose(math.exp(model.score(beam.tokens)), 0.4 * 0.95, rel_tol=1e-6)
+    assert beam.score == pytest.approx(model.score(beam.tokens), abs=1e-6)
+    assert greedy.score == pytest.approx(model.score(greedy.tokens), abs=1e-6)
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0, 1.4])
+def test_scores_are_log_probabilities_over_length_with_eos(length_penalty: float) -> None:
+    model, src, max_len = TableModel(), torch.full((1, 2), 2), torch.tensor([6])
+    [greedy] = greedy_search(model, src, max_len, length_penalty)
+    [nbest] = beam_search(model, src, max_len, 3, length_penalty, nbest=3)
+    assert len(greedy) == 1 and len(nbest) == 3
+    for hypothesis in [*greedy, *nbest]:
+        length = len(hypothesis.tokens) + 1  # EOS counted
+        expected = model.score(hypothesis.tokens) / length**length_penalty
+        assert hypothesis.score == pytest.approx(expected, abs=1e-5)
+    scores = [h.score for h in nbest]
+    assert scores == sorted(scores, reverse=True)
+    assert len({tuple(h.tokens) for h in nbest}) == 3  # distinct hypotheses
+    [[best]] = beam_search(model, src, max_len, 3, length_penalty, nbest=1)
+    assert best == nbest[0]
+
+
+def test_nbest_is_the_best_finished_hypotheses_of_the_beam() -> None:
+    """Beam 2, at most 2 tokens, on the default table, by hand. Step 1's candidates are B EOS
+    .38, A A .21, A B .21, A EOS .18: B EOS ranks within the beam and finishes; A EOS ranks
+    third, so it is dropped, although better than A A EOS; A A and A B go on. Step 2 is at the
+    limit: A A EOS (.063) and A B EOS (.1995) finish. Normalised by length with EOS, the best
+    two are B (log .38 / 2) and A B (log .1995 / 3)."""
+    model, src, max_len = TableModel(), torch.full((1, 2), 2), torch.tensor([2])
+    [nbest] = beam_search(model, src, max_len, beam=2, length_penalty=1.0, nbest=2)
+    assert [h.tokens for h in nbest] == [[B], [A, B]]
+    expected = [math.log(0.38) / 2, math.log(0.6 * 0.35 * 0.95) / 3]
+    assert [h.score for h in nbest] == pytest.approx(expected, abs=1e-5)
+
+
+def test_without_length_penalty_search_goes_on_until_the_best_candidate_ends() -> None:
+    """EOS at once (0.3) and B EOS (0.2) finish first, filling a beam of 2; A C EOS (0.45)
+    is better. A sentence stops only once a step's best candidate is an EOS, as in
+    CTranslate2, so beam search finds A C."""
+    table = {BOS_ID: {A: 0.5, "eos": 0.3, B: 0.2}, A: {C: 0.9, "eos": 0.1}, B: {"eos": 1.0}}
+    table[C] = {"eos": 1.0}
+    model, src, max_len = TableModel(next_tokens=table), torch.full((1, 2), 2), torch.tensor([6])
+    [nbest] = beam_search(model, src, max_len, beam=2, length_penalty=0.0, nbest=2)
+    assert [h.tokens for h in nbest] == [[A, C], []]
+    assert nbest[0].score == pytest.approx(math.log(0.45), abs=1e-6)
+
+
+def test_nbest_above_the_beam_is_refused() -> None:
+    model, src, max_len = TableModel(), torch.full((1, 2), 2), torch.tensor([6])
+    with pytest.raises(ValueError, match="nbest=3"):
+        beam_search(model, src, max_len, beam=2, nbest=3)
 
 
 def tiny_transformer() -> Transformer:
@@ -83,10 +146,13 @@ def sources() -> torch.Tensor:
 def test_beam_size_one_equals_greedy(length_penalty: float) -> None:
     model, src = tiny_transformer(), sources()
     max_len = torch.tensor([3, 8, 12, 0, 15])
-    greedy = greedy_search(model, src, max_len)
-    assert beam_search(model, src, max_len, beam=1, length_penalty=length_penalty) == greedy
-    assert all(len(g) <= m for g, m in zip(greedy, max_len.tolist(), strict=True))
-    assert greedy[3] == []  # max_len 0: EOS at once
+    greedy = greedy_search(model, src, max_len, length_penalty)
+    beam = beam_search(model, src, max_len, beam=1, length_penalty=length_penalty)
+    assert [[h.tokens] for [h] in beam] == [[h.tokens] for [h] in greedy]
+    for [b], [g] in zip(beam, greedy, strict=True):
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+    assert all(len(g.tokens) <= m for [g], m in zip(greedy, max_len.tolist(), strict=True))
+    assert greedy[3][0].tokens == []  # max_len 0: EOS at once
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -97,8 +163,10 @@ def test_batched_search_equals_one_sentence_at_a_time(beam: int) -> None:
     for i in range(len(src)):
         row = src[i : i + 1]
         row = row[:, : int((row != PAD_ID).sum())]
-        assert beam_search(model, row, max_len[i : i + 1], beam=beam) == [batched[i]]
-    assert all(len(seq) <= m for seq, m in zip(batched, max_len.tolist(), strict=True))
+        [alone] = beam_search(model, row, max_len[i : i + 1], beam=beam)
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+    assert all(len(h.tokens) <= m for [h], m in zip(batched, max_len.tolist(), strict=True))
 
 
 class RowCounter:
@@ -138,7 +206,7 @@ def test_search_never_outputs_pad_or_bos() -> None:
     src = sources()
     max_len = torch.full((len(src),), 6)
     for out in (greedy_search(model, src, max_len), beam_search(model, src, max_len, beam=3)):
-        assert all(tok not in (PAD_ID, BOS_ID) for seq in out for tok in seq)
+        assert all(tok not in (PAD_ID, BOS_ID) for [h] in out for tok in h.tokens)
 
 
 def test_max_output_len() -> None:

@@ -13,7 +13,13 @@ from torch import Tensor, nn
 from bench.measure import Isolated, Measured, interleaved
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import DecoderState, IncrementalDecoder, beam_search, greedy_search
+from seq2seq.search import (
+    DecoderState,
+    Hypothesis,
+    IncrementalDecoder,
+    beam_search,
+    greedy_search,
+)
 
 Search = Callable[[Tensor], list[list[int]]]  # source batch -> token ids per sentence
 SearchFactory = Callable[[], Search]  # a search built for each timed pass (bench.measure.Isolated)
@@ -56,6 +62,10 @@ def greedy_without_cache(model: Transformer, src: Tensor, length: int) -> list[l
     return prefix[:, 1:-1].tolist()
 
 
+def best(nbest_lists: list[list[Hypothesis]]) -> list[list[int]]:
+    return [hypotheses[0].tokens for hypotheses in nbest_lists]
+
+
 def our_searches(model: Transformer, length: int, beam: int, penalty: float) -> dict[str, Search]:
     """Ours, in eval mode: greedy and beam with the KV cache, and greedy without it."""
     model.eval()
@@ -65,9 +75,9 @@ def our_searches(model: Transformer, length: int, beam: int, penalty: float) -> 
         return torch.full((src.shape[0],), length, device=src.device)
 
     return {
-        "ours greedy": lambda src: greedy_search(fixed, src, budget(src)),
+        "ours greedy": lambda src: best(greedy_search(fixed, src, budget(src))),
         "ours greedy, no cache": lambda src: greedy_without_cache(model, src, length),
-        f"ours beam {beam}": lambda src: beam_search(fixed, src, budget(src), beam, penalty),
+        f"ours beam {beam}": lambda src: best(beam_search(fixed, src, budget(src), beam, penalty)),
     }
 
 
