@@ -85,8 +85,9 @@ def check_exportable(config: ModelConfig) -> None:
 
 
 def _array(weight: Tensor) -> np.ndarray:
-    """A float32 copy on the CPU: the model itself stays where and as it is."""
-    return weight.detach().float().cpu().numpy()
+    """A float32 copy on the CPU: the model itself stays where and as it is (a float32 CPU
+    tensor's .numpy() shares its memory, which CTranslate2's quantization writes into)."""
+    return weight.detach().float().cpu().numpy().copy()
 
 
 def _linear(spec, *layers: nn.Linear) -> None:

@@ -189,11 +189,15 @@ def test_dot_scores_and_learned_positions_map_exactly(
     assert_same_log_probs(model, tokenizer, export_model(model, tokenizer, tmp_path / "ct2"))
 
 
-def test_export_leaves_the_model_as_it_was(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    """The benchmark exports the model it goes on timing: mode, device and weights unchanged."""
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_export_leaves_the_model_as_it_was(
+    tokenizer: Tokenizer, tmp_path: Path, quantization: str | None
+) -> None:
+    """The benchmark exports the model it goes on timing: mode, device and weights unchanged
+    (int8 quantization once wrote into the weights it was given)."""
     model = wired_model(vocab=VOCAB).train()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    export_model(model, tokenizer, tmp_path / "ct2")
+    export_model(model, tokenizer, tmp_path / "ct2", quantization)
     assert model.training
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)

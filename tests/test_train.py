@@ -105,7 +105,7 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
 ) -> None:
     """No tokenizer training, no cache, no training split: the checkpoint carries the rest.
     The checkpoint is rewritten with a config in the layout of earlier versions (no `logger`
-    key) and an empty cache directory."""
+    and `decoding.nbest` keys) and an empty cache directory."""
     run_dir, _ = overfit_run
     final = Path(json.loads((run_dir / "run_summary.json").read_text())["final_checkpoint"])
     checkpoint = torch.load(final, map_location="cpu", weights_only=True)
@@ -113,7 +113,7 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
     cache.mkdir()
     saved = checkpoint["seq2seq"]["config"]
     saved["paths"]["cache_dir"] = str(cache)
-    del saved["logger"]
+    del saved["logger"], saved["decoding"]["nbest"]
     ckpt = tmp_path / "model" / "final.ckpt"
     ckpt.parent.mkdir()
     torch.save(checkpoint, ckpt)
@@ -193,6 +193,8 @@ def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
     assert results["same_as_ours"]["ctranslate2 float32"] == PAIRS
     assert results["bleu"]["ctranslate2 float32"] == results["bleu"]["ours"] >= 80
     assert "| ctranslate2 int8 |" in result.stdout
+    sizes = results["weights_megabytes"]  # int8: a quarter of the float32 matrices, and scales
+    assert sizes["ctranslate2 int8"] < 0.5 * sizes["ctranslate2 float32"] < sizes["ours"]
 
 
 def test_export_command_writes_a_model_that_translates_as_ours(
@@ -217,6 +219,31 @@ def test_export_command_writes_a_model_that_translates_as_ours(
     ours = Translator.from_checkpoint(ckpt, greedy).translate(few_pairs.src[:8])
     assert [sp.decode(r.hypotheses[0]) for r in results] == ours
 
+    # the export directory in place of the checkpoint: translate (n-best) and evaluate
+    text = "\n".join([few_pairs.src[3], "", few_pairs.src[0]]) + "\n"
+    nbest = ("decoding.beam_size=3", "decoding.nbest=2")
+    deployed = run("translate", tmp_path, "ckpt_path=ct2", *nbest, stdin=text)
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    ours = run("translate", tmp_path, f"ckpt_path={ckpt}", *nbest, stdin=text)
+    rows = [line.split("\t") for line in deployed.stdout.splitlines()]
+    expected = [line.split("\t") for line in ours.stdout.splitlines()]
+    assert [(n, text) for n, _, text in rows] == [(n, text) for n, _, text in expected]
+    assert [n for n, _, _ in rows] == ["1", "1", "2", "2", "3", "3"]
+    assert rows[2][1:] == rows[3][1:] == ["0.0000", ""]  # the empty line: 2 empty texts
+    scores = [float(score) for _, score, _ in rows]
+    assert scores == pytest.approx([float(score) for _, score, _ in expected], abs=1e-3)
+    assert scores[0] >= scores[1] and scores[4] >= scores[5] and rows[0][2]
+
+    evaluated = run("evaluate", tmp_path, "ckpt_path=ct2", "decoding=greedy")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    scores_json = json.loads((tmp_path / "ct2" / "test.greedy.scores.json").read_text())
+    assert scores_json["backend"] == "ctranslate2 float32"
+    default_greedy = config_of("decoding/greedy", DecodingConfig)
+    assert read_lines(tmp_path / "ct2" / "test.greedy.hyp") == Translator.from_checkpoint(
+        ckpt, default_greedy
+    ).translate(few_pairs.src)
+    assert scores_json["test_sets"]["test"]["bleu"] >= 90
+
     again = run("export", tmp_path, f"ckpt_path={ckpt}", "export.dir=ct2")
     assert again.returncode == 1 and "export.overwrite=true" in again.stderr
     assert "Traceback" not in again.stderr
@@ -231,6 +258,15 @@ def test_export_command_writes_a_model_that_translates_as_ours(
     assert int8.returncode == 0, int8.stderr[-3000:]
     metadata = json.loads((tmp_path / "ct2" / "seq2seq_export.json").read_text())
     assert metadata["quantization"] == "int8"
+    int8_text = run("translate", tmp_path, "ckpt_path=ct2", stdin=text)
+    assert int8_text.returncode == 0 and len(int8_text.stdout.splitlines()) == 3
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for command in ("translate", "evaluate"):
+        result = run(command, tmp_path, f"ckpt_path={broken}", stdin=text)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "is not a model exported by seq2seq.export (missing: model.bin" in result.stderr
 
 
 def test_resuming_with_another_tokenizer_is_refused_naming_both(
@@ -305,6 +341,8 @@ def test_config_values_that_cannot_work(tmp_path: Path) -> None:
         trainer_arguments(compose_config(["+trainer.max_epoch=3"]))
     with pytest.raises(ConfigError, match="'decoding.beam_size': must be >= 1"):
         compose_config(["decoding.beam_size=0"])
+    with pytest.raises(ConfigError, match="'decoding.nbest': 3 hypotheses from a beam of 2"):
+        compose_config(["decoding.beam_size=2", "decoding.nbest=3"])
     with pytest.raises(ConfigError, match="'model.heads'"):
         compose_config(["model.d_model=100", "model.heads=3"])
     with pytest.raises(CheckpointError, match="cannot resume"):
