@@ -107,7 +107,9 @@ def load_tokenizer(directory: Path) -> Tokenizer:
 
 
 class CTranslate2Translator(Translator):
-    """A Translator whose search is CTranslate2's, on a directory written by seq2seq.export."""
+    """A Translator whose search is CTranslate2's, on a directory written by seq2seq.export.
+    There is no torch model: it sets the attributes that Translator's text handling reads
+    (tokenizer, decoding, device, max_len) and replaces `decode`."""
 
     def __init__(
         self, directory: Path, decoding: DecodingConfig | None = None, device: str = "cpu"

@@ -165,7 +165,7 @@ def test_evaluate_refuses_a_corrupted_checkpoint_and_missing_test_files(
     result = run("translate", tmp_path, f"ckpt_path={corrupted}", stdin="a dog\n")
     assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
     result = run("translate", tmp_path, f"ckpt_path={tmp_path}", stdin="a dog\n")
-    assert_fails(result, f"checkpoint {tmp_path} is a directory")
+    assert_fails(result, f"{tmp_path} is not a model exported by seq2seq.export", ".ckpt file")
 
     elsewhere = tmp_path / "elsewhere"
     result = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", f"data.dir={elsewhere}")
