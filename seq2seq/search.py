@@ -55,21 +55,26 @@ LEAST_REMAINDER = 1e-6
 
 
 def _constrain(
-    model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor
+    model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor, never: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """PAD and BOS are never output; rows at their length limit (`at_limit`) may only end.
-    Returns the masked log-probs and, per row, log(1 - P(PAD) - P(BOS)): subtracted from a
-    row's log-probs, it renormalises them over the tokens that can be output (a constant per
-    row, so it goes to the scores, not over the (N, V) table). In place: the (N, V) copy a
-    masked_fill makes was a fifth of a beam search step (AMD EPYC; bf16 units: avx512_bf16)."""
-    never = log_probs[..., [model.pad_id, model.bos_id]]
-    remainder = (1 - never.float().exp().sum(dim=-1)).clamp(min=LEAST_REMAINDER).log()
-    log_probs[..., [model.pad_id, model.bos_id]] = float("-inf")
+    """PAD and BOS (the ids `never`) are never output; rows at their length limit (`at_limit`)
+    may only end. Returns the masked log-probs and, per row, log(1 - P(PAD) - P(BOS)):
+    subtracted from a row's log-probs, it renormalises them over the tokens that can be output
+    (a constant per row, so it goes to the scores, not over the (N, V) table). In place: the
+    (N, V) copy a masked_fill makes was a fifth of a beam search step (AMD EPYC; bf16 units:
+    avx512_bf16)."""
+    excluded = log_probs.index_select(-1, never).float().exp().sum(dim=-1)
+    remainder = (1 - excluded).clamp_(min=LEAST_REMAINDER).log_()
+    log_probs.index_fill_(-1, never, float("-inf"))
     if at_limit.any():
         eos = log_probs[..., model.eos_id].clone()
         log_probs[at_limit] = float("-inf")
         log_probs[..., model.eos_id] = eos
     return log_probs, remainder
+
+
+def _never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
+    return torch.tensor([model.pad_id, model.bos_id], device=device)
 
 
 def _strip(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
@@ -91,14 +96,17 @@ def greedy_search(
     horizon = int(max_len.max()) + 1
     state = model.start_decoding(src, beam=1)
     outputs = torch.full((src.shape[0], horizon), model.pad_id, dtype=torch.long, device=src.device)
-    total = torch.zeros(src.shape[0], device=src.device)
+    step_scores = torch.zeros((src.shape[0], horizon), device=src.device)
+    never = _never_output(model, src.device)
     sentence = torch.arange(src.shape[0], device=src.device)  # of each row still decoding
     tokens = torch.full_like(sentence, model.bos_id)
     for t in range(horizon):
-        log_probs, remainder = _constrain(model, model.decode_step(state, tokens), t >= max_len)
+        log_probs, remainder = _constrain(
+            model, model.decode_step(state, tokens), t >= max_len, never
+        )
         best, tokens = log_probs.max(dim=-1)
         outputs[sentence, t] = tokens
-        total[sentence] += best.float() - remainder
+        step_scores[sentence, t] = best.float() - remainder
         going = tokens != model.eos_id
         if not going.all():
             if not going.any():
@@ -109,7 +117,7 @@ def greedy_search(
     rows = _strip(model, outputs.tolist())
     return [
         [Hypothesis(row, score / (len(row) + 1) ** length_penalty)]
-        for row, score in zip(rows, total.tolist(), strict=True)
+        for row, score in zip(rows, step_scores.sum(dim=1).tolist(), strict=True)
     ]
 
 
@@ -149,13 +157,14 @@ def beam_search(
     n_final = torch.zeros(b, dtype=torch.long, device=device)
     best_ended = torch.zeros(b, dtype=torch.bool, device=device)  # a step's best was an EOS
     rank = torch.arange(2 * k, device=device)
+    never = _never_output(model, device)
     for t in range(horizon):
         n = len(sentence)
         log_probs = model.decode_step(state, last)  # (n*K, V)
         vocab = log_probs.shape[-1]
         at_limit = t >= max_len  # (n,)
         log_probs, remainder = _constrain(
-            model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k)
+            model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k), never
         )
         candidates = ((alive_score - remainder)[..., None] + log_probs).view(n, k * vocab)
         top_score, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K)
