@@ -42,10 +42,10 @@ def decoding_tag(d: DecodingConfig) -> str:
     return "greedy" if d.beam_size == 1 else f"beam{d.beam_size}-lp{d.length_penalty:g}"
 
 
-def evaluation_data(trained: RootConfig, overrides: dict[str, Any]) -> DataConfig:
+def evaluation_data(training: RootConfig, overrides: dict[str, Any]) -> DataConfig:
     """The checkpoint's data config with `overrides` merged over it, checked as a whole (so that
     errors name the key as `data.<key>`)."""
-    merged = OmegaConf.merge(config_to_dict(trained), {"data": overrides})
+    merged = OmegaConf.merge(config_to_dict(training), {"data": overrides})
     data = validate_config(merged).data
     if not data.test_sets:
         raise ConfigError(
@@ -86,13 +86,13 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     """Score `ckpt_path` (a checkpoint or an export directory) on its data config's test sets,
     with `data` keys merged over that config (other sets or files); return and write the
     scores."""
-    translator, trained = load_translator(ckpt_path, decoding, default_device())
-    if trained is None:
+    translator, training = load_translator(ckpt_path, decoding, default_device())
+    if training is None:
         raise CheckpointError(
             f"{ckpt_path} records no training configuration, so evaluate does not know its "
             "test sets: export it with python -m seq2seq.export ckpt_path=<ckpt> export.dir=..."
         )
-    files = evaluation_files(evaluation_data(trained, data))
+    files = evaluation_files(evaluation_data(training, data))
     tag = decoding_tag(decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),

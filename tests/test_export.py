@@ -20,6 +20,7 @@ from helpers import config_of, toy_corpus, toy_tokenizer, trained_toy_model, wir
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.errors import CheckpointError, ConfigError, DataError
+from seq2seq.evaluate import evaluate_checkpoint
 from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
 from seq2seq.translator import Translator
@@ -164,6 +165,9 @@ def test_a_damaged_export_directory_is_named_with_the_fix(
         r"model.bin, config.json, src.model, tgt.model, seq2seq_export.json\)",
     ):
         Translator.from_checkpoint(tmp_path)
+    greedy = config_of("decoding/greedy", DecodingConfig)
+    with pytest.raises(CheckpointError, match="records no training configuration"):
+        evaluate_checkpoint(directory, greedy, {})  # export_model was given no metadata
     metadata = directory / "seq2seq_export.json"
     good = metadata.read_text()
     metadata.write_text(good.replace('"max_len"', "max_len", 1))
