@@ -92,6 +92,19 @@ class FlushMetricsWithCheckpoints(pl.Callback):
             logger.save()
 
 
+class ValidateAtMaxSteps(pl.Callback):
+    """A run stopped by `trainer.max_steps` ends as one stopped by `max_time` does: validated,
+    checkpointed, then averaged and scored. Lightning ends an epoch at max_steps without
+    validating (and EarlyStopping then finds no val/bleu); a stop requested through
+    `should_stop`, as its Timer does for max_time, validates first."""
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
+    ) -> None:
+        if 0 <= trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+
+
 class GracefulStop(pl.Callback):
     """Ctrl-C or SIGTERM: finish the current step, write `checkpoint`, stop with a message that
     says how to resume. A second Ctrl-C interrupts at once."""

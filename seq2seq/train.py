@@ -25,7 +25,12 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from seq2seq.callbacks import FlushMetricsWithCheckpoints, GracefulStop, LearningCurve
+from seq2seq.callbacks import (
+    FlushMetricsWithCheckpoints,
+    GracefulStop,
+    LearningCurve,
+    ValidateAtMaxSteps,
+)
 from seq2seq.checkpoint import (
     AtomicCheckpointIO,
     average_checkpoints,
@@ -129,6 +134,7 @@ def build_trainer(
         LearningRateMonitor(logging_interval="step"),
         LearningCurve(run_dir),
         FlushMetricsWithCheckpoints(),
+        ValidateAtMaxSteps(),
         GracefulStop(checkpoints / "last.ckpt", resume_command(run_dir)),
     ]
     if config.checkpoint_every_n_steps:

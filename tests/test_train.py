@@ -16,6 +16,7 @@ from helpers import compose_config, config_of, few_pairs_overrides, run, write_l
 from seq2seq.checkpoint import average_checkpoints, read_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.corpus import read_lines
+from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.train import train, trainer_arguments
 from seq2seq.translator import Translator
@@ -267,6 +268,34 @@ def test_export_command_writes_a_model_that_translates_as_ours(
         result = run(command, tmp_path, f"ckpt_path={broken}", stdin=text)
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert "is not a model exported by seq2seq.export (missing: model.bin" in result.stderr
+
+
+@pytest.mark.parametrize("epochs_before", [0, 3])
+def test_max_steps_ends_a_run_like_max_time(
+    few_pairs: FewPairs, tmp_path: Path, epochs_before: int
+) -> None:
+    """trainer.max_steps one step into epoch `epochs_before` (inside the first epoch, or a
+    later one): a final validation, the checkpoints, averaging, the test scores, the summary,
+    exit 0. It once died in EarlyStopping, which found no val/bleu."""
+    overrides = few_pairs_overrides(few_pairs.directory, tmp_path / "cache")
+    data = TranslationDataModule(compose_config(overrides))
+    data.prepare_data()
+    data.setup()
+    steps_per_epoch = len(data.train_dataloader())
+    assert steps_per_epoch >= 3  # so that the stop falls inside an epoch
+    max_steps = epochs_before * steps_per_epoch + 2
+    result = run(
+        "train", tmp_path, *overrides, f"trainer.max_steps={max_steps}", "hydra.run.dir=run"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["steps"] == max_steps and summary["best_val_bleu"] is not None
+    assert summary["test"]["test"]["bleu"] >= 0
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert read_checkpoint(checkpoints / "last.ckpt")["global_step"] == max_steps
+    assert read_checkpoint(checkpoints / "best.ckpt")["global_step"] == max_steps
+    assert (checkpoints / f"epoch{epochs_before:03d}.ckpt").is_file()  # the partial epoch's
+    assert (checkpoints / "averaged.ckpt").is_file() == (epochs_before > 0)
 
 
 def test_resuming_with_another_tokenizer_is_refused_naming_both(
