@@ -290,6 +290,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     metrics = trainer.callback_metrics
     return {
         "variant": config.model.attention.name,
+        "seed": config.seed,
         "parameters": total,
         "precision": str(trainer.precision),
         "train_seconds": round(seconds, 1),

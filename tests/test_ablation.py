@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SPECIAL_IDS, compose_config, config_of, few_pairs_overrides, random_batch
+from helpers import (
+    ROOT,
+    SPECIAL_IDS,
+    compose_config,
+    config_of,
+    few_pairs_overrides,
+    random_batch,
+    toy_corpus,
+)
 
 from seq2seq.config import config_to_dict
 from seq2seq.model.config import ModelConfig
@@ -30,18 +38,53 @@ def test_every_ablation_preset_composes_and_builds(variant: str) -> None:
     assert m(src, tgt).shape == (3, 7, VOCAB)
 
 
-def fake_run(directory: Path, variant: str, bleu: float, cross: dict) -> None:
+REFERENCES, _ = toy_corpus(60)
+# the baseline's hypotheses: every third sentence loses its last word
+BASELINE_HYPOTHESES = [
+    " ".join(line.split()[:-1]) if i % 3 == 0 else line for i, line in enumerate(REFERENCES)
+]
+STANDARD = {"query": "target", "key_value": "source"}
+SWAPPED = {"query": "source", "key_value": "target"}
+
+
+def fake_run(
+    directory: Path,
+    variant: str,
+    bleu: float,
+    cross: dict,
+    seed: int = 1,
+    hypotheses: list[str] = BASELINE_HYPOTHESES,
+) -> None:
+    """A finished run directory as seq2seq.train leaves it: its summary, config and the test
+    hypotheses (the references are written once, beside the run directories)."""
     (directory / ".hydra").mkdir(parents=True)
     standard = config_of("model/transformer_tiny", ModelConfig).attention
     attention = {**config_to_dict(standard), "name": variant}
     attention["cross"].update(cross)
-    config = {"model": {"attention": attention}, "data": {"test_sets": ["test_2016_flickr"]}}
+    config = {
+        "seed": seed,
+        "model": {"attention": attention},
+        "data": {"test_sets": ["test_2016_flickr"]},
+    }
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    test = {"bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|case:mixed|tok:13a"}
+    references = directory.parent / "references.de"
+    references.write_text("".join(line + "\n" for line in REFERENCES))
+    hypotheses_path = directory / "test.hyp"
+    hypotheses_path.write_text("".join(line + "\n" for line in hypotheses))
+    test = {
+        "bleu": bleu,
+        "chrf": bleu + 20,
+        "bleu_signature": "nrefs:1|case:mixed|tok:13a",
+        "hypotheses": str(hypotheses_path),
+        "references": str(references),
+    }
     summary = {
         "variant": variant,
+        "seed": seed,
         "parameters": 1_500_000,
+        "precision": "bf16-mixed",
         "train_seconds": 900.0,
+        "steps": 400 + seed,
         "train_loss": 2.5,
         "best_val_bleu": bleu - 1,
         "test": {"test_2016_flickr": test},
@@ -49,29 +92,108 @@ def fake_run(directory: Path, variant: str, bleu: float, cross: dict) -> None:
     (directory / "run_summary.json").write_text(json.dumps(summary))
 
 
+def report(sweep: Path, *options: str) -> subprocess.CompletedProcess:
+    script = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
+    return subprocess.run([*script, *options], capture_output=True, text=True)
+
+
+def table_rows(sweep: Path) -> dict[str, list[str]]:
+    """The Markdown table's cells by variant."""
+    lines = (sweep / "ablation.md").read_text().splitlines()
+    cells = [[c.strip() for c in line[1:-1].split("|")] for line in lines if line.startswith("| ")]
+    return {row[0]: row for row in cells[1:] if row[0] != "variant"}
+
+
 def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Path) -> None:
-    fake_run(tmp_path / "0_standard", "standard", 30.5, {"query": "target", "key_value": "source"})
-    fake_run(
-        tmp_path / "1_swapped", "swapped_cross", 12.25, {"query": "source", "key_value": "target"}
-    )
-    script = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(tmp_path)]
-    result = subprocess.run(script, capture_output=True, text=True)
+    fake_run(tmp_path / "0_standard_seed1", "standard", 30.5, STANDARD)
+    fake_run(tmp_path / "1_swapped_seed1", "swapped_cross", 12.25, SWAPPED, hypotheses=REFERENCES)
+    result = report(tmp_path)
     assert result.returncode == 0, result.stderr
-    table = (tmp_path / "ablation.md").read_text().splitlines()
-    assert table[2].startswith("| standard | enc s/s, dec t/t, cross t/s; scaled_dot")
-    assert "| 1.50M | 29.50 | 30.50 | 50.50 | 2.500 | 15.0 |" in table[2]
-    assert table[3].startswith("| swapped_cross | enc s/s, dec t/t, cross s/t")
+    rows = table_rows(tmp_path)
+    assert list(rows) == ["standard", "swapped_cross"]  # by test BLEU
+    assert rows["standard"][1].startswith("enc s/s, dec t/t, cross t/s; scaled_dot")
+    assert rows["standard"][2:] == [
+        "1",
+        "401",
+        "15.0",
+        "bf16-mixed",
+        "29.50",
+        "30.50",
+        "50.50",
+        "",
+        "",
+    ]
+    assert rows["swapped_cross"][1].startswith("enc s/s, dec t/t, cross s/t")
+    text = (tmp_path / "ablation.md").read_text()
+    assert "One seed per variant: no variance is available" in text
     assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "ablation.csv").read_text().splitlines()) == 3
 
-    result = subprocess.run([*script, "--test-set", "test_2017"], capture_output=True, text=True)
+    result = report(tmp_path, "--test-set", "test_2017")
     assert result.returncode != 0
     assert "has no scores for test set 'test_2017'; it has ['test_2016_flickr']" in result.stderr
 
+    (tmp_path / "1_swapped_seed1" / "test.hyp").unlink()
+    result = report(tmp_path)
+    assert result.returncode != 0 and "1_swapped_seed1 is incomplete: its test hypotheses" in (
+        result.stderr
+    )
+    (tmp_path / "1_swapped_seed1" / "test.hyp").write_text("".join(f"{r}\n" for r in REFERENCES))
     (tmp_path / "2_broken" / ".hydra").mkdir(parents=True)
-    result = subprocess.run(script, capture_output=True, text=True)
+    result = report(tmp_path)
     assert result.returncode != 0
     assert "2_broken is incomplete: run_summary.json is missing" in result.stderr
+
+
+def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path: Path) -> None:
+    """Three seeds of each variant. A variant whose hypotheses are the baseline's gets p = 1
+    and a difference interval around 0; one whose hypotheses are the references is
+    significantly better; cross_heads_4 is checked to equal standard; no_causal_mask is apart."""
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 32.0)):
+        fake_run(tmp_path / f"{seed}_standard", "standard", bleu, STANDARD, seed)
+        fake_run(tmp_path / f"{seed}_same", "cross_heads_4", bleu, STANDARD, seed)
+        fake_run(tmp_path / f"{seed}_perfect", "dot", bleu + 5, STANDARD, seed, REFERENCES)
+        fake_run(tmp_path / f"{seed}_leak", "no_causal_mask", 90.0, STANDARD, seed, REFERENCES)
+    fake_run(tmp_path / "4_other", "cross_heads_1", 20.0, STANDARD, 1, REFERENCES[::-1])
+    result = report(tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = table_rows(tmp_path)
+    assert list(rows) == ["dot", "standard", "cross_heads_4", "cross_heads_1", "no_causal_mask"]
+    standard = rows["standard"]
+    assert standard[2:9] == [
+        "1,2,3",
+        "401-403",
+        "15.0",
+        "bf16-mixed",
+        "30.00 ± 1.00",
+        "31.00 ± 1.00",
+        "51.00 ± 1.00",
+    ]
+    assert standard[9:] == ["", ""]  # the baseline is not tested against itself
+    same, better = rows["cross_heads_4"], rows["dot"]
+    assert same[9] == "+0.00 [+0.00, +0.00]" and same[10] == "1.000"
+    difference, interval = better[9].split(" [")
+    low, high = (float(x) for x in interval.rstrip("] *").split(", "))
+    assert float(difference) > 0 and 0 < low <= float(difference) <= high
+    assert better[9].endswith("*") and float(better[10]) < 0.05
+    assert rows["cross_heads_1"][2] == "1" and rows["cross_heads_1"][7] == "20.00"
+    assert rows["no_causal_mask"][9:] == ["", ""]
+    text = (tmp_path / "ablation.md").read_text()
+    assert "Reported apart (sees later target tokens; not tested)" in text
+    for seed in (1, 2, 3):
+        assert f"seed {seed}: cross_heads_4's hypotheses and standard's are equal" in text
+    assert "no variance" not in text
+
+    (tmp_path / "2_same" / "test.hyp").write_text("".join(line + "\n" for line in REFERENCES))
+    assert report(tmp_path).returncode == 0
+    text = (tmp_path / "ablation.md").read_text()
+    assert "seed 2: cross_heads_4's hypotheses and standard's are DIFFERENT" in text
+
+    fake_run(tmp_path / "5_again", "dot", 1.0, STANDARD, 2)
+    result = report(tmp_path)
+    assert result.returncode != 0 and "variant dot has seed(s) [1, 2, 2, 3] more than once" in (
+        result.stderr
+    )
 
 
 def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None:
@@ -91,7 +213,9 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert runs == ["0_standard", "1_swapped_cross"]
+    assert runs == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
+    summary = json.loads((sweep / runs[0] / "run_summary.json").read_text())
+    assert summary["seed"] == 1234 and summary["variant"] == "standard"
     report = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
     result = subprocess.run(report, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
