@@ -163,15 +163,21 @@ def group(runs: list[Run]) -> dict[str, list[Run]]:
     return variants
 
 
-def compare(variant: list[Run], baseline: list[Run], references: list[str]) -> Comparison:
-    """The variant against the baseline on the hypotheses of the lowest seed both have."""
-    seed = min({run.seed for run in variant} & {run.seed for run in baseline})
+def compare(variant: list[Run], baseline: list[Run], references: list[str]) -> Comparison | None:
+    """The variant against the baseline on the hypotheses of the lowest seed both have (None
+    when they share no seed)."""
+    common = {run.seed for run in variant} & {run.seed for run in baseline}
+    if not common:
+        return None
+    seed = min(common)
     ours = next(run for run in variant if run.seed == seed)
     theirs = next(run for run in baseline if run.seed == seed)
     return paired_bootstrap(read_lines(theirs.hypotheses), read_lines(ours.hypotheses), references)
 
 
-def row(variant: str, runs: list[Run], comparison: Comparison | None) -> dict[str, str]:
+def row(
+    variant: str, runs: list[Run], tested: bool, comparison: Comparison | None
+) -> dict[str, str]:
     vals = [run.val_bleu for run in runs if run.val_bleu is not None]
     cells = {
         "variant": variant,
@@ -186,6 +192,8 @@ def row(variant: str, runs: list[Run], comparison: Comparison | None) -> dict[st
         COLUMNS[-2]: "",
         "p": "",
     }
+    if tested and comparison is None:
+        cells[COLUMNS[-2]] = f"no seed in common with {BASELINE}"
     if comparison is not None:
         low, high = comparison.difference_ci
         mark = " *" if comparison.p_value < SIGNIFICANCE else ""
@@ -268,11 +276,11 @@ def write_report(
         writer.writeheader()
         writer.writerows(table + apart)
     fig, axis = plt.subplots(figsize=(9, 4.5))
-    names = list(means)
-    errors = [sd for _, sd in means.values()]
-    axis.bar(names, [mean for mean, _ in means.values()], yerr=errors, capsize=4)
+    names = [cells["variant"] for cells in table + apart]  # the table's order
+    errors = [means[name][1] for name in names]
+    axis.bar(names, [means[name][0] for name in names], yerr=errors, capsize=4)
     axis.set_ylabel(f"BLEU on {test_set} (mean ± sd over seeds)")
-    axis.set_title("Attention ablations (same data and updates)")
+    axis.set_title("Attention ablations")
     axis.tick_params(axis="x", rotation=35)
     fig.tight_layout()
     with atomic_path(output / "ablation.png") as tmp:
@@ -304,7 +312,7 @@ def main() -> None:
     for name, members in variants.items():
         tested = baseline is not None and name not in (BASELINE, *APART)
         comparison = compare(members, baseline, references) if tested else None
-        (apart if name in APART else table).append(row(name, members, comparison))
+        (apart if name in APART else table).append(row(name, members, tested, comparison))
     means = {
         name: (
             statistics.mean(run.test_bleu for run in members),

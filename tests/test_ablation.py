@@ -155,10 +155,18 @@ def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path
         fake_run(tmp_path / f"{seed}_perfect", "dot", bleu + 5, STANDARD, seed, REFERENCES)
         fake_run(tmp_path / f"{seed}_leak", "no_causal_mask", 90.0, STANDARD, seed, REFERENCES)
     fake_run(tmp_path / "4_other", "cross_heads_1", 20.0, STANDARD, 1, REFERENCES[::-1])
+    fake_run(tmp_path / "4_unpaired", "additive", 10.0, STANDARD, 7)
     result = report(tmp_path)
     assert result.returncode == 0, result.stderr
     rows = table_rows(tmp_path)
-    assert list(rows) == ["dot", "standard", "cross_heads_4", "cross_heads_1", "no_causal_mask"]
+    assert list(rows) == [
+        "dot",
+        "standard",
+        "cross_heads_4",
+        "cross_heads_1",
+        "additive",
+        "no_causal_mask",
+    ]
     standard = rows["standard"]
     assert standard[2:9] == [
         "1,2,3",
@@ -177,6 +185,7 @@ def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path
     assert float(difference) > 0 and 0 < low <= float(difference) <= high
     assert better[9].endswith("*") and float(better[10]) < 0.05
     assert rows["cross_heads_1"][2] == "1" and rows["cross_heads_1"][7] == "20.00"
+    assert rows["additive"][9] == "no seed in common with standard"
     assert rows["no_causal_mask"][9:] == ["", ""]
     text = (tmp_path / "ablation.md").read_text()
     assert "Reported apart (sees later target tokens; not tested)" in text
