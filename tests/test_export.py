@@ -177,6 +177,11 @@ def test_a_damaged_export_directory_is_named_with_the_fix(
     with pytest.raises(CheckpointError, match="no 'max_len'"):
         Translator.from_checkpoint(directory)
     metadata.write_text(good)
+    source_model = (directory / "src.model").read_bytes()
+    (directory / "src.model").write_bytes(b"not a model")
+    with pytest.raises(CheckpointError, match="cannot read the SentencePiece models"):
+        Translator.from_checkpoint(directory)
+    (directory / "src.model").write_bytes(source_model)
     (directory / "model.bin").write_bytes(b"not a model")
     with pytest.raises(CheckpointError, match="cannot load the CTranslate2 model in .*export"):
         Translator.from_checkpoint(directory)
