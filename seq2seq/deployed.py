@@ -70,8 +70,15 @@ def training_config(directory: Path, metadata: dict[str, Any]) -> RootConfig | N
         raise CheckpointError(f"{directory / METADATA}, 'config': {e}") from None
 
 
-def load_engine(directory: Path, device: torch.device):
-    """A ctranslate2.Translator on torch's intra-op threads, weights in their saved type."""
+def suppressed(tokenizer: Tokenizer) -> list[list[str]]:
+    """PAD and BOS as CTranslate2's `suppress_sequences`: our search never outputs them."""
+    tgt = tokenizer.tgt
+    return [[tgt.id_to_piece(i)] for i in (tokenizer.pad_id, tokenizer.bos_id)]
+
+
+def load_engine(directory: Path, device: torch.device, compute_type: str = "default"):
+    """A ctranslate2.Translator on torch's intra-op threads, one worker; weights computed in
+    `compute_type` ("default": the type they were exported in)."""
     try:
         ctranslate2 = importlib.import_module("ctranslate2")
     except ImportError:
@@ -83,7 +90,7 @@ def load_engine(directory: Path, device: torch.device):
         return ctranslate2.Translator(
             str(directory),
             device=device.type,
-            compute_type="default",
+            compute_type=compute_type,
             inter_threads=1,
             intra_threads=torch.get_num_threads(),
         )
@@ -123,12 +130,12 @@ class CTranslate2Translator(Translator):
         self.max_len = self.metadata["max_len"]
         self.engine = load_engine(directory, self.device)
         self.backend = f"ctranslate2 {self.metadata.get('quantization', '')}".strip()
-        tgt = self.tokenizer.tgt
-        self.never_output = [[tgt.id_to_piece(i)] for i in (tgt.pad_id(), tgt.bos_id())]
+        self.never_output = suppressed(self.tokenizer)
 
     def decode(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
         decoding, src, tgt = self.decoding, self.tokenizer.src, self.tokenizer.tgt
-        limit = int(self.output_limits(self.source_batch(ids)).max())
+        # one limit for the batch: its longest source's (the limit grows with the length)
+        limit = int(self.output_limits(self.source_batch([max(ids, key=len)]))[0])
         results = self.engine.translate_batch(
             [[src.id_to_piece(i) for i in seq] for seq in ids],
             beam_size=decoding.beam_size,

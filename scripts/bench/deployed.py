@@ -16,11 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
 from bench.decoding import Search, SearchFactory
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.deployed import load_engine, suppressed
 from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
 
@@ -34,24 +34,6 @@ def scratch_directory() -> Path:
     return directory
 
 
-def engine(directory: Path, device: str, compute_type: str):
-    """A ctranslate2.Translator on our threads: one worker, torch's intra-op thread count."""
-    import ctranslate2
-
-    return ctranslate2.Translator(
-        str(directory),
-        device=device,
-        compute_type=compute_type,
-        inter_threads=1,
-        intra_threads=torch.get_num_threads(),
-    )
-
-
-def never_output(model: Transformer, tokenizer: Tokenizer) -> list[list[str]]:
-    """PAD and BOS as CTranslate2's `suppress_sequences`: our search never outputs them."""
-    return [[tokenizer.tgt.id_to_piece(i)] for i in (model.pad_id, model.bos_id)]
-
-
 def ctranslate2_searches(
     model: Transformer, tokenizer: Tokenizer, length: int, beam: int, penalty: float
 ) -> tuple[dict[str, SearchFactory], str]:
@@ -62,7 +44,7 @@ def ctranslate2_searches(
     device = next(model.parameters()).device
     directory = scratch_directory() / "model"
     export_model(model, tokenizer, directory)
-    never = never_output(model, tokenizer)
+    never = suppressed(tokenizer)
 
     def pieces(src: Tensor) -> list[list[str]]:
         rows = [row[: row.index(model.eos_id)] for row in src.tolist()]
@@ -70,7 +52,7 @@ def ctranslate2_searches(
 
     def factory(compute_type: str, beams: int) -> SearchFactory:
         def build() -> Search:
-            translator = engine(directory, device.type, compute_type)
+            translator = load_engine(directory, device, compute_type)
 
             def search(src: Tensor) -> list[list[str]]:
                 results = translator.translate_batch(
