@@ -107,6 +107,8 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
     upgraded = {"logger": dict(TENSORBOARD), **saved}
     upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
+    upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
+    upgraded["data"] = {"encode_processes": 0, **saved["data"]}
     return upgraded
 
 

@@ -77,6 +77,7 @@ class DataConfig:
     filter: FilterConfig
     max_tokens: int
     num_workers: int
+    encode_processes: int  # processes that encode a corpus; 0: one per CPU core
 
     def check(self) -> None:
         if self.languages is not None:
@@ -116,6 +117,7 @@ class DataConfig:
             f"{self.filter.max_len} tokens plus BOS/EOS; raise data.max_tokens or lower the limit",
         )
         require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
+        require(self.encode_processes >= 0, "data.encode_processes", "must be >= 0")
 
 
 @dataclass
@@ -126,6 +128,8 @@ class TokenizerConfig:
     character_coverage: float
     byte_fallback: bool
     seed: int
+    input_sentence_size: int  # train on a seeded sample of this many sentences; 0: all
+    num_threads: int
 
     def check(self) -> None:
         require(
@@ -144,6 +148,12 @@ class TokenizerConfig:
             "tokenizer.character_coverage",
             f"must be in [0.9, 1.0], got {self.character_coverage}",
         )
+        require(
+            self.input_sentence_size >= 0,
+            "tokenizer.input_sentence_size",
+            f"must be >= 0 (0: every sentence), got {self.input_sentence_size}",
+        )
+        require(self.num_threads >= 1, "tokenizer.num_threads", "must be >= 1")
 
 
 @dataclass

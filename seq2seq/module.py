@@ -61,7 +61,7 @@ class TranslationModule(pl.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, tokens = self.loss(batch)
-        self.log("val/loss", loss, prog_bar=True, batch_size=tokens)
+        self.log("val/loss", loss, prog_bar=True, batch_size=tokens, sync_dist=True)
         decoding = self.config.decoding
         max_len = max_output_len(
             batch.src,
@@ -79,10 +79,22 @@ class TranslationModule(pl.LightningModule):
         hypotheses, self._hypotheses = self._hypotheses, {}
         if self.trainer.sanity_checking:
             return
+        decoded = len(hypotheses)
+        if self.trainer.world_size > 1:  # each process decoded its share of the batches
+            shares: list[dict[int, str] | None] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(shares, hypotheses)
+            hypotheses = {i: text for share in shares if share for i, text in share.items()}
         references = self.trainer.datamodule.references(self.config.data.val_split)
         order = sorted(hypotheses)
         score = bleu([hypotheses[i] for i in order], [references[i] for i in order])
-        self.log("val/bleu", score, prog_bar=True)
+        log.info(
+            "validation BLEU (greedy) %.4f on %d sentences (%d decoded by this process)",
+            score,
+            len(order),
+            decoded,
+        )
+        # every process scored the whole set alike; "max" keeps the synchronised value exact
+        self.log("val/bleu", score, prog_bar=True, sync_dist=True, reduce_fx="max")
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """A NaN or inf in the loss or any gradient: skip the update (no parameter or Adam

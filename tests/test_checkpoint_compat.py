@@ -144,6 +144,8 @@ def old_config() -> dict:
     config["tokenizer"]["byte_fallback"] = False
     config["model"] = copy.deepcopy(OLD_MODEL_CONFIG)
     del config["decoding"]["nbest"]  # added since
+    del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
+    del config["data"]["encode_processes"]
     return config
 
 

@@ -91,7 +91,7 @@ def test_experiment_preset_overrides_groups() -> None:
 
 
 @pytest.mark.parametrize(
-    ("preset", "average_last"), [("ablation_cpu", 3), ("multi30k_cpu_1h_wu2021", 10)]
+    ("preset", "average_last"), [("ablation_cpu", 0), ("multi30k_cpu_1h_wu2021", 10)]
 )
 def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -> None:
     """A preset's top-level keys beat train.yaml's defaults; the command line beats both."""
@@ -111,6 +111,9 @@ def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -
         (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),
         (["data.max_tokens=64"], "data.max_tokens", "cannot hold one training pair"),
         (["tokenizer.model_type=wordpiece"], "tokenizer.model_type", "not supported"),
+        (["tokenizer.input_sentence_size=-1"], "tokenizer.input_sentence_size", "must be >= 0"),
+        (["tokenizer.num_threads=0"], "tokenizer.num_threads", "must be >= 1"),
+        (["data.encode_processes=-2"], "data.encode_processes", "must be >= 0"),
         (["data=parallel_files"], "data.splits.train.src", "issing mandatory value"),
         (
             ["model.attention.cross.query=sauce"],

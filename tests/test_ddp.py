@@ -3,19 +3,23 @@ two-process run through Lightning's DDP strategy on CPU (gloo)."""
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 from helpers import compose_config, toy_overrides
 
 from seq2seq.checkpoint import read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import ConfigError
+from seq2seq.module import TranslationModule
 
 
 def samplers(lengths: np.ndarray, replicas: int, max_tokens: int = 40):
@@ -94,3 +98,24 @@ def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) 
     last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert last["global_step"] == steps  # half the batches per process, not all of them
     assert steps < len(single) * 2
+
+    # validation: each process decoded its share of the batches, and both scored all 30
+    logs = [tmp_path / "run" / "train.log", tmp_path / "run" / "train_ddp_process_1.log"]
+    pattern = r"validation BLEU \(greedy\) ([\d.]+) on (\d+) sentences \((\d+) decoded"
+    ranks = [re.findall(pattern, log.read_text()) for log in logs]
+    assert len(ranks[0]) == len(ranks[1]) == 2, ranks
+    for first, second in zip(*ranks, strict=True):
+        assert first[:2] == second[:2] and first[1] == "30"  # the same score on every process
+        assert 0 < int(first[2]) < 30 and int(first[2]) + int(second[2]) == 30
+    # ... and the score is a one-process validation's on the same checkpoint
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        logged = [float(row["val/bleu"]) for row in csv.DictReader(f) if row["val/bleu"]]
+    one_process = pl.Trainer(
+        accelerator="cpu", devices=1, logger=False, precision="32-true", default_root_dir=tmp_path
+    )
+    module = TranslationModule(config, data.tokenizer)
+    (result,) = one_process.validate(
+        module, datamodule=data, ckpt_path=tmp_path / "run" / "checkpoints" / "epoch001.ckpt"
+    )
+    assert result["val/bleu"] == pytest.approx(logged[1], abs=1e-6)
+    assert float(ranks[0][1][0]) == pytest.approx(logged[1], abs=1e-4)

@@ -11,7 +11,7 @@ from helpers import compose_config, config_of, toy_corpus, toy_overrides, write_
 from seq2seq.config import TokenizerConfig
 from seq2seq.data.corpus import normalize, read_lines
 from seq2seq.data.datamodule import prepare
-from seq2seq.data.tokenizer import UNK_ID, train_sentencepiece
+from seq2seq.data.tokenizer import UNK_ID, sample_sentences, train_sentencepiece
 
 
 @pytest.mark.parametrize("lang", ["en", "de"])
@@ -94,3 +94,33 @@ def test_cache_reuse_and_invalidation(toy_files: Path, tmp_path: Path) -> None:
 
     write_lines(toy_files / "train.src", [s + " the" for s in src[:240]])
     assert prepare(compose_config(base)).built == ["tokenizer", "train", "val", "test"]
+
+
+def test_sample_sentences_is_the_seeded_bottom_k_in_corpus_order() -> None:
+    lines = [f"line {i}" for i in range(150_000)]  # more than two chunks of 65,536
+    sample = sample_sentences(iter(lines), 1000, seed=7)
+    # reference: the 1,000 positions with the smallest keys, keys drawn in one go from the seed
+    keys = np.random.default_rng(7).random(len(lines))
+    expected = np.sort(np.argsort(keys)[:1000])
+    assert sample == [lines[i] for i in expected]
+    assert sample == sample_sentences(lines, 1000, seed=7)
+    assert sample != sample_sentences(lines, 1000, seed=8)
+
+
+@pytest.mark.parametrize("size", [0, 300, 301])
+def test_a_corpus_no_larger_than_the_sample_is_used_whole(size: int) -> None:
+    lines = [f"line {i}" for i in range(300)]
+    assert sample_sentences(iter(lines), size, seed=1) == lines
+
+
+def test_input_sentence_size_trains_on_the_sample(toy_files: Path, tmp_path: Path) -> None:
+    base = toy_overrides(toy_files, tmp_path / "cache")
+    whole = prepare(compose_config(base)).tokenizer
+    sampled = prepare(compose_config([*base, "tokenizer.input_sentence_size=200"]))
+    src, tgt = toy_corpus()
+    joint = [*src[:240], *tgt[:240]]  # the training split, source then target
+    cfg = compose_config([*base, "tokenizer.input_sentence_size=200"]).tokenizer
+    expected = train_sentencepiece(sample_sentences(joint, 200, cfg.seed), cfg)
+    assert sampled.tokenizer.src_model == sampled.tokenizer.tgt_model == expected
+    assert sampled.tokenizer.fingerprint != whole.fingerprint
+    assert sampled.built == ["tokenizer", "train", "val", "test"]

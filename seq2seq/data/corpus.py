@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,40 +66,52 @@ def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
     return splits
 
 
-def read_lines(path: Path) -> list[str]:
-    """Read one sentence per line, exactly as stored (no normalisation), plain or gzip.
+def iter_lines(path: Path) -> Iterator[str]:
+    """Yield one sentence per line, exactly as stored (no normalisation), plain or gzip,
+    without holding the file in memory.
 
     Splits on '\\n' only: str.splitlines would also split on characters such as U+2028
     and silently misalign a parallel corpus.
     """
+    content = False
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    text = line.removesuffix(b"\n").decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"{path}, line {number}: not valid UTF-8 (byte {e.object[e.start]:#04x} "
+                        f"at column {e.start + 1}). Convert the file to UTF-8, e.g. "
+                        f"iconv -f latin1 -t utf-8 {path.name}"
+                    ) from None
+                content = content or bool(text.strip())
+                yield text.removesuffix("\r")
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
-    if not raw.strip():
+    if not content:
         raise DataError(f"{path} is empty: a data file needs at least one sentence per line")
-    lines = raw.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as e:
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of `path` (see iter_lines): for evaluation sets and hypothesis files."""
+    return list(iter_lines(path))
+
+
+def iter_parallel(split: SplitPaths) -> Iterator[tuple[str, str]]:
+    """Yield the split's (source, target) line pairs; unequal line counts are an error."""
+    sources, targets = iter_lines(split.src), iter_lines(split.tgt)
+    for pairs, pair in enumerate(itertools.zip_longest(sources, targets)):
+        if None in pair:
+            src = pairs + (pair[0] is not None) + sum(1 for _ in sources)
+            tgt = pairs + (pair[1] is not None) + sum(1 for _ in targets)
             raise DataError(
-                f"{path}, line {number}: not valid UTF-8 (byte {e.object[e.start]:#04x} at "
-                f"column {e.start + 1}). Convert the file to UTF-8, e.g. "
-                f"iconv -f latin1 -t utf-8 {path.name}"
-            ) from None
-        out.append(text.removesuffix("\r"))
-    return out
+                f"split '{split.name}' is not aligned: {split.src} has {src} lines but "
+                f"{split.tgt} has {tgt}. Line i of one file must translate line i of the other."
+            )
+        yield pair
 
 
 def read_parallel(split: SplitPaths) -> tuple[list[str], list[str]]:
-    src, tgt = read_lines(split.src), read_lines(split.tgt)
-    if len(src) != len(tgt):
-        raise DataError(
-            f"split '{split.name}' is not aligned: {split.src} has {len(src)} lines but "
-            f"{split.tgt} has {len(tgt)}. Line i of one file must translate line i of the other."
-        )
-    return src, tgt
+    pairs = list(iter_parallel(split))
+    return [src for src, _ in pairs], [tgt for _, tgt in pairs]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -17,11 +17,13 @@ from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,
     ensure_available,
+    iter_lines,
+    iter_parallel,
     normalize,
     read_parallel,
 )
 from seq2seq.data.dataset import EncodedSplit, load_or_encode
-from seq2seq.data.tokenizer import Tokenizer, load_or_train
+from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
 
@@ -34,11 +36,6 @@ class PreparedData:
     splits: dict[str, EncodedSplit]
     files: dict[str, SplitPaths]
     built: list[str] = field(default_factory=list)  # what this call computed (not from cache)
-
-
-def _read_normalized(split: SplitPaths) -> tuple[list[str], list[str]]:
-    src, tgt = read_parallel(split)
-    return [normalize(s) for s in src], [normalize(t) for t in tgt]
 
 
 def writable_dir(path: Path, key: str) -> Path:
@@ -73,13 +70,17 @@ def prepare(config: RootConfig) -> PreparedData:
         }
 
     built = []
-    read = functools.cache(_read_normalized)  # a cold start reads the training text once
     train = files[data.train_split]
-    tokenizer, trained = load_or_train(
-        cache_dir, config.tokenizer, inputs(train), lambda: read(train)
-    )
+
+    def training_text(sides: tuple[str, ...]) -> list[str]:
+        lines = itertools.chain.from_iterable(iter_lines(getattr(train, side)) for side in sides)
+        cfg = config.tokenizer
+        return [normalize(x) for x in sample_sentences(lines, cfg.input_sentence_size, cfg.seed)]
+
+    tokenizer, trained = load_or_train(cache_dir, config.tokenizer, inputs(train), training_text)
     if trained:
         built.append("tokenizer")
+    processes = data.encode_processes or len(os.sched_getaffinity(0))
     splits = {}
     for name, split in files.items():
         limits = data.filter if name == data.train_split else None
@@ -89,7 +90,8 @@ def prepare(config: RootConfig) -> PreparedData:
             inputs(split),
             tokenizer,
             limits,
-            lambda split=split: read(split),
+            lambda split=split: iter_parallel(split),
+            processes,
         )
         if encoded:
             built.append(name)
@@ -173,10 +175,10 @@ class TranslationDataModule(pl.LightningDataModule):
         return self.raw_pairs(split)[1]
 
     def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
-        """Training batches are shared among the trainer's processes; evaluation batches not."""
+        """The training and validation batches are shared among the trainer's processes."""
         assert self.prepared is not None, "call setup() first"
         dataset = self.prepared.splits[split]
-        trainer = self.trainer if shuffle else None
+        trainer = self.trainer
         return TokenBudgetBatchSampler(
             dataset.src_lens,
             dataset.tgt_lens,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
@@ -59,11 +62,12 @@ class Tokenizer:
         """Content hash of both models: a checkpoint records it to detect a vocabulary mismatch."""
         return hashlib.sha256(self.src_model + b"\0" + self.tgt_model).hexdigest()
 
-    def encode_src(self, lines: list[str]) -> list[list[int]]:
-        return self.src.encode(lines)
+    def encode_src(self, lines: list[str], num_threads: int = -1) -> list[list[int]]:
+        """Ids of each line; `num_threads` -1: SentencePiece's choice (every core)."""
+        return self.src.encode(lines, num_threads=num_threads)
 
-    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
-        return self.tgt.encode(lines)
+    def encode_tgt(self, lines: list[str], num_threads: int = -1) -> list[list[int]]:
+        return self.tgt.encode(lines, num_threads=num_threads)
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         return self.tgt.decode(ids)
@@ -76,6 +80,28 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: Path) -> Tokenizer:
         return cls((directory / "src.model").read_bytes(), (directory / "tgt.model").read_bytes())
+
+
+def sample_sentences(sentences: Iterable[str], size: int, seed: int) -> list[str]:
+    """`size` sentences drawn uniformly without replacement, kept in corpus order and the same
+    for the same seed and text; all of them when there are no more than `size` (or size 0).
+
+    Bottom-k sampling: each sentence gets a seeded random key and the `size` smallest keys are
+    kept, so the text streams through in chunks and only the sample is held.
+    """
+    iterator = iter(sentences)
+    if size == 0:
+        return list(iterator)
+    rng = np.random.default_rng(seed)
+    sample: list[str] = []
+    keys = np.empty(0)
+    while chunk := list(itertools.islice(iterator, 1 << 16)):
+        sample += chunk
+        keys = np.concatenate([keys, rng.random(len(chunk))])
+        if len(sample) > size:
+            keep = np.sort(np.argpartition(keys, size)[:size])
+            sample, keys = [sample[i] for i in keep], keys[keep]
+    return sample
 
 
 def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
@@ -109,8 +135,8 @@ def _train(lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig) -> Non
         eos_id=EOS_ID,
         normalization_rule_name="identity",
         remove_extra_whitespaces=False,
-        input_sentence_size=0,
-        num_threads=1,  # the trained model depends on the thread count
+        input_sentence_size=0,  # the sample is drawn before (sample_sentences)
+        num_threads=cfg.num_threads,
         minloglevel=2,
     )
 
@@ -125,27 +151,34 @@ def load_or_train(
     cache_dir: Path,
     cfg: TokenizerConfig,
     inputs: dict[str, str],
-    read_train: Callable[[], tuple[list[str], list[str]]],
+    training_text: Callable[[tuple[str, ...]], list[str]],
 ) -> tuple[Tokenizer, bool]:
     """Return the cached tokenizer for this key, or train and cache one. Also says if it trained.
 
     `inputs` identifies the training text (file hashes, languages, normalisation) and
-    `read_train()` returns its (source, target) lines, read only on a cache miss.
+    `training_text(sides)` returns the normalised sample of those sides ("src", "tgt") to train
+    one model on, called only on a cache miss.
     """
     directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs)
     if (directory / "tgt.model").exists():
         return Tokenizer.load(directory), False
-    src_lines, tgt_lines = read_train()
+    start = time.perf_counter()
     if cfg.joint:
-        src_model = tgt_model = train_sentencepiece([*src_lines, *tgt_lines], cfg)
+        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg)
     else:
-        src_model = train_sentencepiece(src_lines, cfg)
-        tgt_model = train_sentencepiece(tgt_lines, cfg)
+        src_model = train_sentencepiece(training_text(("src",)), cfg)
+        tgt_model = train_sentencepiece(training_text(("tgt",)), cfg)
     tokenizer = Tokenizer(src_model, tgt_model)
     with atomic_dir(directory) as tmp:
         tokenizer.save(tmp)
         (tmp / "settings.json").write_text(
             json.dumps({"settings": asdict(cfg), "inputs": inputs}, indent=2, sort_keys=True)
         )
-    log.info("trained tokenizer (%s, %d pieces) -> %s", cfg.model_type, cfg.vocab_size, directory)
+    log.info(
+        "trained tokenizer (%s, %d pieces) in %.1fs -> %s",
+        cfg.model_type,
+        cfg.vocab_size,
+        time.perf_counter() - start,
+        directory,
+    )
     return tokenizer, True
