@@ -153,7 +153,8 @@ def main() -> None:
             f"hydra.run.dir={args.work / f'prepare-{label}-{pairs}'}",
             *args.overrides,
         ]
-        row = {"pairs": pairs, **measure(command, source, args.work / f"prepare-{label}-{pairs}.log")}
+        log = args.work / f"prepare-{label}-{pairs}.log"
+        row = {"pairs": pairs, **measure(command, source, log)}
         row["tokenizer_seconds"] = tokenizer_seconds(Path(row["log"]))
         row["seconds_per_million_pairs"] = round(row["seconds"] / pairs * 1e6, 1)
         results["prepare"].append(row)
