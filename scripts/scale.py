@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,34 +81,49 @@ def tree_pss_kb(root: int) -> int:
 
 
 def measure(command: list[str], source: Path, log: Path) -> dict:
-    """Run `command` in `source` to completion; its wall time, exit code and memory peaks."""
+    """Run `command` in `source` to completion; its wall time, exit code and memory peaks, and
+    the memory timeline (wall clock, summed Pss in kB) for `tokenizer_phase`."""
     start = time.perf_counter()
+    timeline: list[tuple[float, int]] = []
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=source, stdout=out, stderr=subprocess.STDOUT)
-        peak_pss, done = [0], threading.Event()
+        done = threading.Event()
 
         def sample() -> None:
             while not done.wait(0.1):
-                peak_pss[0] = max(peak_pss[0], tree_pss_kb(process.pid))
+                timeline.append((time.time(), tree_pss_kb(process.pid)))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         done.set()
         sampler.join()
-        process.returncode = os.waitstatus_to_exitcode(status)
     return {
         "seconds": round(time.perf_counter() - start, 1),
-        "exit_code": process.returncode,
+        "exit_code": os.waitstatus_to_exitcode(status),
         "peak_rss_mb": round(usage.ru_maxrss / 1024),
-        "peak_tree_pss_mb": round(peak_pss[0] / 1024),
+        "peak_tree_pss_mb": round(max((kb for _, kb in timeline), default=0) / 1024),
         "log": str(log),
+        "timeline": timeline,
     }
 
 
-def tokenizer_seconds(log: Path) -> float | None:
-    found = re.search(r"trained tokenizer \(.*\) in ([\d.]+)s", log.read_text())
-    return float(found.group(1)) if found else None
+def tokenizer_phase(row: dict) -> dict:
+    """The tokenizer's training time, from the log line that ends it (which carries its time
+    stamp), and the peak summed Pss sampled while it ran."""
+    found = re.search(
+        r"\[([\d-]+ [\d:,]+)\]\[.*\] - trained tokenizer \(.*\) in ([\d.]+)s",
+        Path(row["log"]).read_text(),
+    )
+    if not found:
+        return {"tokenizer_seconds": None, "tokenizer_peak_tree_pss_mb": None}
+    end = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    seconds = float(found.group(2))
+    during = [kb for t, kb in row["timeline"] if end - seconds <= t <= end]
+    return {
+        "tokenizer_seconds": seconds,
+        "tokenizer_peak_tree_pss_mb": round(max(during, default=0) / 1024),
+    }
 
 
 def machine() -> str:
@@ -155,7 +171,8 @@ def main() -> None:
         ]
         log = args.work / f"prepare-{label}-{pairs}.log"
         row = {"pairs": pairs, **measure(command, source, log)}
-        row["tokenizer_seconds"] = tokenizer_seconds(Path(row["log"]))
+        row |= tokenizer_phase(row)
+        del row["timeline"]
         row["seconds_per_million_pairs"] = round(row["seconds"] / pairs * 1e6, 1)
         results["prepare"].append(row)
         print(json.dumps(row), flush=True)
@@ -181,6 +198,7 @@ def main() -> None:
             *args.overrides,
         ]
         row = {"pairs": pairs, **measure(command, source, args.work / f"ddp-{label}.log")}
+        del row["timeline"]
         results["ddp_train"] = row
         print(json.dumps(row), flush=True)
     if args.json:

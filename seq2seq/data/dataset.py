@@ -9,6 +9,7 @@ maps the same files read-only and shares their pages.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import itertools
 import json
@@ -31,7 +32,7 @@ from seq2seq.io import atomic_dir
 
 log = logging.getLogger(__name__)
 
-CHUNK_PAIRS = 1 << 16  # pairs a process encodes at a time
+CHUNK_PAIRS = 1 << 14  # pairs a process encodes at a time
 TOKEN_ARRAYS = ("src", "tgt")  # int32 ids
 INDEX_ARRAYS = ("src_offsets", "tgt_offsets", "line")  # int64
 
@@ -258,14 +259,18 @@ def _encoded_chunks(
             yield _encode_chunk(chunk, number * CHUNK_PAIRS, tokenizer, limits, num_threads=-1)
         return
     initargs = (tokenizer.src_model, tokenizer.tgt_model, limits)
-    with multiprocessing.Pool(processes, _start_worker, initargs) as pool:
-        pending: deque[multiprocessing.pool.AsyncResult] = deque()
-        for number, chunk in enumerate(itertools.chain(head, chunks)):
-            pending.append(pool.apply_async(_encode_in_worker, (chunk, number * CHUNK_PAIRS)))
-            if len(pending) >= 2 * processes:
+    gc.freeze()  # forked workers then leave this process's objects (and their pages) alone
+    try:
+        with multiprocessing.Pool(processes, _start_worker, initargs) as pool:
+            pending: deque[multiprocessing.pool.AsyncResult] = deque()
+            for number, chunk in enumerate(itertools.chain(head, chunks)):
+                pending.append(pool.apply_async(_encode_in_worker, (chunk, number * CHUNK_PAIRS)))
+                if len(pending) >= 2 * processes:
+                    yield pending.popleft().get()
+            while pending:
                 yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+    finally:
+        gc.unfreeze()
 
 
 def load_or_encode(
