@@ -75,20 +75,41 @@ class Run:
     test_set: str
 
 
-def wiring(attention: dict) -> str:
-    """e.g. 'enc s/s, dec t/t, cross t/s; scaled_dot; heads -/-/4; causal'."""
+def wiring(model: dict) -> str:
+    """e.g. 'enc s/s, dec t/t, cross t/s; scaled_dot; heads -/-/4; causal', then what differs
+    from the standard block and the per-layer exceptions, e.g. '; dec feed_forward skip all'."""
 
     def streams(site: dict) -> str:
         return f"{site['query'][0]}/{site['key_value'][0]}"
 
+    attention = model["attention"]
     sites = [attention[k] for k in ("encoder_self", "decoder_self", "cross")]
     scores = sorted({s["score"] for s in sites})
     heads = "/".join(str(s["heads"]) if s["heads"] else "-" for s in sites)
     mask = "NO causal mask" if attention["allow_future_leak"] else "causal"
-    return (
-        f"enc {streams(sites[0])}, dec {streams(sites[1])}, cross {streams(sites[2])}; "
-        f"{'+'.join(scores)}; heads {heads}; {mask}"
-    )
+    parts = [
+        f"enc {streams(sites[0])}, dec {streams(sites[1])}, cross {streams(sites[2])}",
+        "+".join(scores),
+        f"heads {heads}",
+        mask,
+    ]
+    for stack, sublayers in model.get("block", {}).items():
+        for name, settings in sublayers.items():
+            for key, standard in (("skip", "none"), ("residual", "all")):
+                if str(settings[key]) != standard:
+                    parts.append(f"{stack[:3]} {name} {key} {settings[key]}")
+    for entry in attention.get("layers", []):
+        changed = {
+            site: {k: v for k, v in entry[site].items() if v is not None}
+            for site in ("encoder_self", "decoder_self", "cross")
+        }
+        described = ", ".join(
+            f"{site} {' '.join(f'{k}={v}' for k, v in values.items())}"
+            for site, values in changed.items()
+            if values
+        )
+        parts.append(f"layers {entry['layers']}: {described}")
+    return "; ".join(parts)
 
 
 def incomplete(run_dir: Path, what: str) -> SystemExit:
@@ -119,7 +140,7 @@ def read_run(run_dir: Path, test_set: str | None) -> Run:
         directory=run_dir,
         variant=summary["variant"],
         seed=summary.get("seed", config.get("seed")),
-        wiring=wiring(config["model"]["attention"]),
+        wiring=wiring(config["model"]),
         parameters=summary["parameters"],
         steps=summary.get("steps"),
         minutes=summary["train_seconds"] / 60,

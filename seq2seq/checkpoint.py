@@ -5,6 +5,7 @@ Checkpoints of earlier versions are read too: `upgrade_state_dict` renames their
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import re
@@ -101,6 +102,15 @@ TENSORBOARD = {
     "version": "",
 }
 
+# every sublayer of every layer, with its residual: the only block before model.block existed
+EVERY_SUBLAYER = {
+    stack: {name: {"skip": "none", "residual": "all"} for name in names}
+    for stack, names in (
+        ("encoder", ("self_attention", "feed_forward")),
+        ("decoder", ("self_attention", "cross_attention", "feed_forward")),
+    )
+}
+
 
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
@@ -109,6 +119,12 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {"encode_processes": 0, **saved["data"]}
+    model = saved["model"]
+    upgraded["model"] = {
+        "block": copy.deepcopy(EVERY_SUBLAYER),
+        **model,
+        "attention": {"layers": [], **model["attention"]},
+    }
     return upgraded
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,6 +83,22 @@ def check_exportable(config: ModelConfig) -> None:
         "model.attention.allow_future_leak",
         "a decoder trained without the causal mask cannot be exported: CTranslate2's is causal",
     )
+    require(
+        not attention.layers,
+        "model.attention.layers",
+        "per-layer wiring cannot be exported: CTranslate2 wires every layer alike",
+    )
+    for stack in ("encoder", "decoder"):
+        for name in (f.name for f in fields(getattr(config.block, stack))):
+            for layer in range(getattr(config, f"{stack}_layers")):
+                sublayer = config.sublayer(stack, name, layer)
+                require(
+                    sublayer.runs and sublayer.residual,
+                    f"model.block.{stack}.{name}",
+                    f"layer {layer}'s {name} is skipped or has no residual connection, which "
+                    "cannot be exported: every CTranslate2 layer runs each sublayer with its "
+                    "residual",
+                )
 
 
 def _array(weight: Tensor) -> np.ndarray:

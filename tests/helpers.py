@@ -71,6 +71,9 @@ def random_batch(vocab: int) -> tuple:
     return src, tgt
 
 
+SMALL_MODEL = dict(d_model=32, heads=4, encoder_layers=1, decoder_layers=2, ffn_dim=64, dropout=0.0)
+
+
 def wired_model(
     decoder_self: tuple[str, str] = ("target", "target"),
     cross: tuple[str, str] = ("target", "source"),
@@ -101,9 +104,23 @@ def wired_model(
         cross=site(cross, score, cross_heads),
         allow_future_leak=allow_future_leak,
     )
-    small = dict(d_model=32, heads=4, encoder_layers=1, decoder_layers=2, ffn_dim=64, dropout=0.0)
-    fields = {**small, "attention": attention, **model_fields}
+    fields = {**SMALL_MODEL, "attention": attention, **model_fields}
     config = config_of("model/transformer_tiny", ModelConfig, **fields)
+    return Transformer(config, vocab, vocab, True, **SPECIAL_IDS).eval()
+
+
+def configured_model(*overrides: str, vocab: int = 40, **model_fields: Any):
+    """A small Transformer (seed 0, eval mode) of the model group's transformer_tiny with
+    `overrides` relative to the group, e.g. "block.decoder.feed_forward.run=none"."""
+    import torch
+
+    from seq2seq.config import group_config
+    from seq2seq.model.config import ModelConfig
+    from seq2seq.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = group_config("model/transformer_tiny", ModelConfig, overrides)
+    config = replace(config, **{**SMALL_MODEL, **model_fields})
     return Transformer(config, vocab, vocab, True, **SPECIAL_IDS).eval()
 
 
@@ -203,3 +220,27 @@ def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[
         "optim.label_smoothing=0",
         "decoding.beam_size=1",
     ]
+
+
+def incremental(model, src, tgt):
+    """Next-token log-probabilities (B, T, V) of `tgt` decoded step by step with the caches."""
+    import torch
+
+    state = model.start_decoding(src)
+    return torch.stack([model.decode_step(state, tgt[:, t]) for t in range(tgt.shape[1])], 1)
+
+
+def assert_causal_and_cached(model, src, tgt, vocab: int) -> None:
+    """The KV-cache decoding equals the full pass, and no target position's output, in either,
+    changes when later target tokens do."""
+    import torch
+
+    full = model(src, tgt).log_softmax(-1)
+    torch.testing.assert_close(incremental(model, src, tgt), full, atol=1e-5, rtol=1e-5)
+    for t in range(tgt.shape[1] - 1):
+        changed = tgt.clone()
+        changed[:, t + 1 :] = (changed[:, t + 1 :] + 7) % (vocab - 4) + 4
+        torch.testing.assert_close(
+            model(src, changed).log_softmax(-1)[:, : t + 1], full[:, : t + 1]
+        )
+        torch.testing.assert_close(incremental(model, src, changed)[:, : t + 1], full[:, : t + 1])

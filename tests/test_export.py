@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import config_of, toy_corpus, toy_tokenizer, trained_toy_model, wired_model
+from helpers import (
+    config_of,
+    configured_model,
+    toy_corpus,
+    toy_tokenizer,
+    trained_toy_model,
+    wired_model,
+)
 
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
@@ -230,12 +237,18 @@ def test_int8_loads_and_translates(tokenizer: Tokenizer, tmp_path: Path) -> None
         ({"score": "additive"}, "model.attention.encoder_self.score"),
         ({"cross_heads": 2}, "model.attention.cross.heads"),
         ({"allow_future_leak": True}, "model.attention.allow_future_leak"),
+        (["block.decoder.feed_forward.skip=last:1"], "model.block.decoder.feed_forward"),
+        (["block.encoder.self_attention.residual=none"], "model.block.encoder.self_attention"),
+        (["attention.layers=[{layers: [0], cross: {heads: 2}}]"], "model.attention.layers"),
     ],
 )
 def test_non_standard_wiring_is_refused(
-    wiring: dict, setting: str, tokenizer: Tokenizer, tmp_path: Path
+    wiring: dict | list, setting: str, tokenizer: Tokenizer, tmp_path: Path
 ) -> None:
-    model = wired_model(vocab=VOCAB, **wiring)
+    if isinstance(wiring, list):
+        model = configured_model(*wiring, vocab=VOCAB)
+    else:
+        model = wired_model(vocab=VOCAB, **wiring)
     with pytest.raises(ConfigError, match=f"'{setting}'"):
         export_model(model, tokenizer, tmp_path / "ct2")
     assert os.listdir(tmp_path) == []

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import config_of, wired_model
+from helpers import config_of, configured_model, wired_model
 
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
+from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import Transformer
 from seq2seq.translator import Translator
 
@@ -30,22 +31,41 @@ def translator(model: Transformer) -> Translator:
 def test_heatmaps_for_each_wiring(cross, tmp_path: Path) -> None:
     from seq2seq.visualize import attention_maps, plot
 
-    maps, query, key, _ = attention_maps(
-        translator(wired_model(cross=cross)), "a dog reads", "cross"
-    )
-    assert len(maps) == 2 and all(m.shape == (4, len(query), len(key)) for m in maps)
+    maps, _ = attention_maps(translator(wired_model(cross=cross)), "a dog reads", "cross")
+    assert [m.layer for m in maps] == [0, 1]
+    assert all(m.weights.shape == (4, len(m.query), len(m.key)) for m in maps)
     expected_query = "</s>" if cross[0] == "source" else "<s>"
-    assert expected_query in query
-    plot(maps, query, key, per_head=True, title="t", output=tmp_path / "x.png")
+    assert all(expected_query in m.query for m in maps)
+    plot(maps, per_head=True, title="t", output=tmp_path / "x.png")
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_decoder_self_attention_heatmap_is_causal() -> None:
     from seq2seq.visualize import attention_maps
 
-    maps, query, key, _ = attention_maps(translator(wired_model()), "a dog reads", "decoder_self")
-    assert query == key and query[0] == "<s>"
-    for weights in maps:  # (heads, T, T): position t attends to positions <= t only
-        assert weights.shape == (4, len(query), len(key))
-        assert (np.triu(weights, k=1) == 0).all()
-        np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+    maps, _ = attention_maps(translator(wired_model()), "a dog reads", "decoder_self")
+    for m in maps:  # (heads, T, T): position t attends to positions <= t only
+        assert m.query == m.key and m.query[0] == "<s>"
+        assert m.weights.shape == (4, len(m.query), len(m.key))
+        assert (np.triu(m.weights, k=1) == 0).all()
+        np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_heatmaps_follow_per_layer_wiring_and_skip_skipped_layers(tmp_path: Path) -> None:
+    from seq2seq.visualize import attention_maps, plot
+
+    swapped_last = configured_model(
+        "attention.layers=[{layers: last:1, cross: {query: source, key_value: target}}]"
+    )
+    maps, _ = attention_maps(translator(swapped_last), "a dog reads", "cross")
+    assert maps[0].query[0] == "<s>" and maps[0].key[-1] == "</s>"  # target over source
+    assert maps[1].query[-1] == "</s>" and maps[1].key[0] == "<s>"  # source over target
+    plot(maps, per_head=False, title="t", output=tmp_path / "x.png")
+
+    first_skipped = configured_model("block.decoder.cross_attention.skip=[0]")
+    maps, _ = attention_maps(translator(first_skipped), "a dog reads", "cross")
+    assert [m.layer for m in maps] == [1]
+    with pytest.raises(ConfigError, match="site=cross: this model skips it in every decoder"):
+        attention_maps(
+            translator(configured_model("block.decoder.cross_attention.skip=all")), "a", "cross"
+        )

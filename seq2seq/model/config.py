@@ -1,4 +1,5 @@
-"""Schema of the `model` config group (conf/model/): keys, types and checks, no defaults.
+"""Schema of the `model` config group (conf/model/): keys, types and checks. No defaults, but
+for the "keep the site's setting" (None) of per-layer wiring entries.
 
 The choices are Enums: OmegaConf rejects any other value itself, naming the key and the allowed
 values (`config key 'model.attention.cross.query': Invalid value 'sauce', expected one of
@@ -8,10 +9,45 @@ them as those plain strings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
+from typing import Any
 
 from seq2seq.errors import require
+
+LAYER_SETS = (
+    "all, none, first:k, last:k (k layers or a percentage, e.g. last:25%), or a list of layer "
+    "indices such as [0, -1]"
+)
+
+
+def layer_set(value: Any, count: int, key: str) -> frozenset[int]:
+    """The 0-based indices of the layers that `value` names out of `count` (LAYER_SETS); true
+    and false stand for all and none. Negative indices count from the end; a percentage is
+    rounded up, so last:25% of 3 layers is the last one."""
+    if isinstance(value, bool) or value in ("all", "none"):
+        return frozenset(range(count)) if value in (True, "all") else frozenset()
+    if isinstance(value, str):
+        match = re.fullmatch(r"(first|last):(\d+)(%?)", value)
+        require(match is not None, key, f"'{value}' is not a layer set; use {LAYER_SETS}")
+        side, number, percent = match.groups()
+        k = math.ceil(int(number) * count / 100) if percent else int(number)
+        require(
+            k <= count, key, f"{value} asks for {k} layers of {count}; use at most last:{count}"
+        )
+        return frozenset(range(k) if side == "first" else range(count - k, count))
+    require(isinstance(value, Sequence), key, f"{value!r} is not a layer set; use {LAYER_SETS}")
+    for index in value:
+        require(
+            isinstance(index, int) and -count <= index < count,
+            key,
+            f"layer {index!r} is out of range for {count} layers (0 to {count - 1}, or -1 to "
+            f"-{count} from the end)",
+        )
+    return frozenset(index % count for index in value)
 
 
 class Choice(str, Enum):
@@ -65,25 +101,114 @@ class AttentionSiteConfig:
 
 
 @dataclass
+class SiteOverrideConfig:
+    """A site's settings in some layers only; None keeps the site's own."""
+
+    query: Stream | None = None
+    key_value: Stream | None = None
+    score: Score | None = None
+    heads: int | None = None
+
+
+@dataclass
+class LayerWiringConfig:
+    """Attention settings for a subset of the layers, e.g. the cross-attention of the last
+    decoder layer: {layers: last:1, cross: {query: source, key_value: target}}."""
+
+    layers: Any  # a layer set (LAYER_SETS), of the encoder for encoder_self, else the decoder
+    encoder_self: SiteOverrideConfig = field(default_factory=SiteOverrideConfig)
+    decoder_self: SiteOverrideConfig = field(default_factory=SiteOverrideConfig)
+    cross: SiteOverrideConfig = field(default_factory=SiteOverrideConfig)
+
+
+SITES = ("encoder_self", "decoder_self", "cross")
+
+
+@dataclass
 class AttentionConfig:
-    """The three attention sites (docs/attention.md): standard wiring by default."""
+    """The three attention sites (docs/attention.md): standard wiring by default, with
+    per-layer exceptions in `layers` (later entries win)."""
 
     name: str  # the variant's name in ablation reports
     encoder_self: AttentionSiteConfig
     decoder_self: AttentionSiteConfig
     cross: AttentionSiteConfig
     allow_future_leak: bool  # True: no causal mask in the decoder (leak demonstration)
+    layers: list[LayerWiringConfig]
 
-    def check(self, d_model: int) -> None:
-        for site in ("encoder_self", "decoder_self", "cross"):
-            getattr(self, site).check(site, d_model)
-        encoder = self.encoder_self
-        require(
-            encoder.query == Stream.source and encoder.key_value == Stream.source,
-            "model.attention.encoder_self",
-            "the encoder never sees the target (there is none at inference, where the encoder "
-            "runs before any target token exists); use query=source key_value=source",
-        )
+    def site(self, site: str, layer: int, count: int) -> AttentionSiteConfig:
+        """Site `site` of layer `layer` (of `count` in its stack), exceptions applied."""
+        config = getattr(self, site)
+        for number, entry in enumerate(self.layers):
+            if layer in layer_set(entry.layers, count, f"model.attention.layers[{number}].layers"):
+                changes = {
+                    f.name: getattr(getattr(entry, site), f.name)
+                    for f in fields(SiteOverrideConfig)
+                    if getattr(getattr(entry, site), f.name) is not None
+                }
+                config = replace(config, **changes)
+        return config
+
+    def check(self, d_model: int, encoder_layers: int, decoder_layers: int) -> None:
+        for site in SITES:
+            count = encoder_layers if site == "encoder_self" else decoder_layers
+            for layer in range(count):
+                touched = [
+                    number
+                    for number, entry in enumerate(self.layers)
+                    if getattr(entry, site) != SiteOverrideConfig()
+                    and layer
+                    in layer_set(entry.layers, count, f"model.attention.layers[{number}].layers")
+                ]
+                where = f"layers[{touched[-1]}].{site}" if touched else site
+                config = self.site(site, layer, count)
+                config.check(where, d_model)
+                require(
+                    site != "encoder_self"
+                    or (config.query == Stream.source and config.key_value == Stream.source),
+                    f"model.attention.{where}",
+                    "the encoder never sees the target (there is none at inference, where the "
+                    "encoder runs before any target token exists); use query=source "
+                    "key_value=source",
+                )
+
+
+@dataclass
+class SublayerConfig:
+    """Where a sublayer (an attention site or the feed-forward) is skipped, and where it keeps
+    its residual connection."""
+
+    skip: Any  # layer set (LAYER_SETS) where it is skipped: its input passes on unchanged
+    residual: Any  # layer set where its output is added to its input: x + f(x), else f(x)
+
+
+@dataclass
+class EncoderBlockConfig:
+    self_attention: SublayerConfig
+    feed_forward: SublayerConfig
+
+
+@dataclass
+class DecoderBlockConfig:
+    self_attention: SublayerConfig
+    cross_attention: SublayerConfig
+    feed_forward: SublayerConfig
+
+
+@dataclass
+class BlockConfig:
+    """The sublayers of each layer's block (docs/attention.md): everything on by default."""
+
+    encoder: EncoderBlockConfig
+    decoder: DecoderBlockConfig
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """One sublayer of one layer, resolved: does it run, does it keep its residual."""
+
+    runs: bool
+    residual: bool
 
 
 @dataclass
@@ -102,18 +227,40 @@ class ModelConfig:
     tie_embeddings: bool
     max_len: int
     attention: AttentionConfig
+    block: BlockConfig
+
+    def sublayer(self, stack: str, name: str, layer: int) -> Sublayer:
+        """`name` (self_attention, cross_attention, feed_forward) of layer `layer` of `stack`
+        (encoder, decoder)."""
+        config = getattr(getattr(self.block, stack), name)
+        count = getattr(self, f"{stack}_layers")
+        key = f"model.block.{stack}.{name}"
+        return Sublayer(
+            layer not in layer_set(config.skip, count, f"{key}.skip"),
+            layer in layer_set(config.residual, count, f"{key}.residual"),
+        )
 
     def check(self) -> None:
-        self.attention.check(self.d_model)
+        for key in ("encoder_layers", "decoder_layers", "ffn_dim", "max_len"):
+            value = getattr(self, key)
+            require(value >= 1, f"model.{key}", f"must be >= 1, got {value}")
+        self.attention.check(self.d_model, self.encoder_layers, self.decoder_layers)
+        for stack in ("encoder", "decoder"):
+            names = [f.name for f in fields(getattr(self.block, stack))]
+            for layer in range(getattr(self, f"{stack}_layers")):
+                sublayers = [self.sublayer(stack, name, layer) for name in names]  # all checked
+                require(
+                    any(sublayer.runs for sublayer in sublayers),
+                    f"model.block.{stack}",
+                    f"layer {layer} skips all of {', '.join(names)}: it would do nothing; keep "
+                    f"one of them there or use fewer layers (model.{stack}_layers)",
+                )
         require(self.heads >= 1, "model.heads", f"must be >= 1, got {self.heads}")
         require(
             self.d_model % self.heads == 0,
             "model.heads",
             f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}",
         )
-        for key in ("encoder_layers", "decoder_layers", "ffn_dim", "max_len"):
-            value = getattr(self, key)
-            require(value >= 1, f"model.{key}", f"must be >= 1, got {value}")
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, key)
             require(0.0 <= value < 1.0, f"model.{key}", f"must be in [0, 1), got {value}")

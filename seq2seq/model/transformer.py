@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -65,27 +66,32 @@ class FeedForward(nn.Module):
 
 class Residual(nn.Module):
     """x + dropout(sublayer(x)) with layer norm before (pre-LN) or after (post-LN):
-    the sublayer reads `sublayer_input(x)`, and `forward(x, its output)` adds it to x."""
+    the sublayer reads `sublayer_input(x)`, and `forward(x, its output)` adds it to x. Without
+    `residual` (model.block), the output replaces x instead: dropout(sublayer(x))."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, residual: bool = True) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.pre_norm = config.norm == Norm.pre
+        self.residual = residual
 
     def sublayer_input(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.pre_norm else x
 
     def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        x = x + self.dropout(sublayer_output)
+        x = x + self.dropout(sublayer_output) if self.residual else self.dropout(sublayer_output)
         return x if self.pre_norm else self.norm(x)
 
 
-def attention_site(config: ModelConfig, site: str, home: Stream) -> AttentionSite:
-    """The site `site` of `model.attention` (encoder_self, decoder_self or cross), updating the
-    `home` stream: the source in the encoder, the target in the decoder."""
+def attention_site(
+    config: ModelConfig, site: str, home: Stream, layer: int, count: int
+) -> AttentionSite:
+    """The site `site` (encoder_self, decoder_self or cross) of layer `layer` of `count`, as
+    `model.attention` wires it there, updating the `home` stream: the source in the encoder,
+    the target in the decoder."""
     return AttentionSite(
-        getattr(config.attention, site),
+        config.attention.site(site, layer, count),
         home,
         config.d_model,
         config.heads,
@@ -94,62 +100,117 @@ def attention_site(config: ModelConfig, site: str, home: Stream) -> AttentionSit
     )
 
 
+def sublayer(
+    config: ModelConfig, stack: str, name: str, layer: int, build: Callable[[], nn.Module]
+) -> tuple[nn.Module | None, Residual | None]:
+    """Sublayer `name` of layer `layer` of `stack` as model.block says: built, with its
+    Residual, or (None, None) where it is skipped (no parameters)."""
+    settings = config.sublayer(stack, name, layer)
+    if not settings.runs:
+        return None, None
+    return build(), Residual(config, settings.residual)
+
+
 class EncoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        self.self_attention = attention_site(config, "encoder_self", home=Stream.source)
-        self.feed_forward = FeedForward(config)
-        self.attention_block, self.feed_forward_block = Residual(config), Residual(config)
+        count = config.encoder_layers
+        attention, attention_block = sublayer(
+            config,
+            "encoder",
+            "self_attention",
+            layer,
+            lambda: attention_site(config, "encoder_self", Stream.source, layer, count),
+        )
+        feed_forward, feed_forward_block = sublayer(
+            config, "encoder", "feed_forward", layer, lambda: FeedForward(config)
+        )
+        # registered in this order: an optimizer's state in a checkpoint follows it
+        self.self_attention, self.feed_forward = attention, feed_forward
+        self.attention_block, self.feed_forward_block = attention_block, feed_forward_block
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, S, d): the source states; src_mask (B, 1, 1, S)."""
-        h = self.attention_block.sublayer_input(x)
-        x = self.attention_block(x, self.self_attention(h, None, src_mask)[0])
-        h = self.feed_forward_block.sublayer_input(x)
-        return self.feed_forward_block(x, self.feed_forward(h))
+        if self.self_attention is not None:
+            h = self.attention_block.sublayer_input(x)
+            x = self.attention_block(x, self.self_attention(h, None, src_mask)[0])
+        if self.feed_forward is not None:
+            h = self.feed_forward_block.sublayer_input(x)
+            x = self.feed_forward_block(x, self.feed_forward(h))
+        return x
 
 
 LayerWeights = dict[str, Tensor | None]  # a decoder layer's weights by site: decoder_self, cross
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        self.self_attention = attention_site(config, "decoder_self", home=Stream.target)
-        self.cross_attention = attention_site(config, "cross", home=Stream.target)
-        self.feed_forward = FeedForward(config)
-        self.self_block, self.cross_block = Residual(config), Residual(config)
-        self.feed_forward_block = Residual(config)
+        count = config.decoder_layers
+        self_attention, self_block = sublayer(
+            config,
+            "decoder",
+            "self_attention",
+            layer,
+            lambda: attention_site(config, "decoder_self", Stream.target, layer, count),
+        )
+        cross_attention, cross_block = sublayer(
+            config,
+            "decoder",
+            "cross_attention",
+            layer,
+            lambda: attention_site(config, "cross", Stream.target, layer, count),
+        )
+        feed_forward, feed_forward_block = sublayer(
+            config, "decoder", "feed_forward", layer, lambda: FeedForward(config)
+        )
+        # registered in this order: an optimizer's state in a checkpoint follows it
+        self.self_attention, self.cross_attention = self_attention, cross_attention
+        self.feed_forward = feed_forward
+        self.self_block, self.cross_block = self_block, cross_block
+        self.feed_forward_block = feed_forward_block
 
     def forward(
         self, y: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> tuple[Tensor, LayerWeights]:
         """Full pass over the target y (B, T, d) with the encoder output memory (B, S, d)."""
-        h = self.self_block.sublayer_input(y)
-        attended, self_weights = self.self_attention(h, memory, src_mask, need_weights)
-        y = self.self_block(y, attended)
-        h = self.cross_block.sublayer_input(y)
-        attended, cross_weights = self.cross_attention(h, memory, src_mask, need_weights)
-        y = self.cross_block(y, attended)
-        h = self.feed_forward_block.sublayer_input(y)
-        y = self.feed_forward_block(y, self.feed_forward(h))
-        return y, {"decoder_self": self_weights, "cross": cross_weights}
+        weights: LayerWeights = {"decoder_self": None, "cross": None}
+        for name, site, block in (
+            ("decoder_self", self.self_attention, self.self_block),
+            ("cross", self.cross_attention, self.cross_block),
+        ):
+            if site is not None:
+                attended, weights[name] = site(
+                    block.sublayer_input(y), memory, src_mask, need_weights
+                )
+                y = block(y, attended)
+        if self.feed_forward is not None:
+            h = self.feed_forward_block.sublayer_input(y)
+            y = self.feed_forward_block(y, self.feed_forward(h))
+        return y, weights
 
-    def step(self, y: Tensor, caches: tuple[SiteCache, SiteCache], src_mask: Tensor) -> Tensor:
+    def step(
+        self, y: Tensor, caches: tuple[SiteCache | None, SiteCache | None], src_mask: Tensor
+    ) -> Tensor:
         """One decoding step: y (N, 1, d)."""
-        self_cache, cross_cache = caches
-        h = self.self_block.sublayer_input(y)
-        y = self.self_block(y, self.self_attention.step(h, self_cache, src_mask))
-        h = self.cross_block.sublayer_input(y)
-        y = self.cross_block(y, self.cross_attention.step(h, cross_cache, src_mask))
-        h = self.feed_forward_block.sublayer_input(y)
-        return self.feed_forward_block(y, self.feed_forward(h))
+        for site, block, cache in (
+            (self.self_attention, self.self_block, caches[0]),
+            (self.cross_attention, self.cross_block, caches[1]),
+        ):
+            if site is not None:
+                y = block(y, site.step(block.sublayer_input(y), cache, src_mask))
+        if self.feed_forward is not None:
+            h = self.feed_forward_block.sublayer_input(y)
+            y = self.feed_forward_block(y, self.feed_forward(h))
+        return y
 
 
 class DecoderState:
     """What incremental decoding carries from step to step, for N = sentences x beam rows."""
 
-    def __init__(self, src_mask: Tensor, caches: list[tuple[SiteCache, SiteCache]]) -> None:
+    def __init__(
+        self, src_mask: Tensor, caches: list[tuple[SiteCache | None, SiteCache | None]]
+    ) -> None:
         self.src_mask = src_mask  # (N, 1, 1, S)
         self.caches = caches
         self.position = 0
@@ -162,7 +223,8 @@ class DecoderState:
             self.src_mask = self.src_mask.index_select(0, index)
         for layer_caches in self.caches:
             for cache in layer_caches:
-                cache.reorder(index, sentences_dropped)
+                if cache is not None:  # None: a skipped site (model.block)
+                    cache.reorder(index, sentences_dropped)
 
 
 class Vocabulary(Protocol):
@@ -221,11 +283,17 @@ class Transformer(nn.Module):
         self.src_embedding = Embedding(src_tokens, config)
         self.tgt_embedding = Embedding(tgt_tokens, config)
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(config) for _ in range(config.encoder_layers)
+            EncoderLayer(config, layer) for layer in range(config.encoder_layers)
         )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(config) for _ in range(config.decoder_layers)
+            DecoderLayer(config, layer) for layer in range(config.decoder_layers)
         )
+        if not self.reads_source():
+            log.warning(
+                "model.attention / model.block: no running decoder attention takes its queries "
+                "or keys/values from the source, so the output cannot depend on the input (a "
+                "target language model); fine for an ablation, not for translation"
+            )
         pre_norm = config.norm == Norm.pre  # pre-LN needs a final norm on each stack's output
         self.encoder_norm = nn.LayerNorm(config.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model) if pre_norm else nn.Identity()
@@ -233,6 +301,17 @@ class Transformer(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.output_projection.weight = tgt_tokens.weight
+
+    def reads_source(self) -> bool:
+        """Whether any running decoder attention reads the source: the output's only path
+        from the input."""
+        sites = [
+            site
+            for layer in self.decoder_layers
+            for site in (layer.self_attention, layer.cross_attention)
+            if site is not None
+        ]
+        return any(Stream.source in (site.query_stream, site.key_value_stream) for site in sites)
 
     def _init_weights(self) -> None:
         for module in self.modules():
@@ -293,9 +372,9 @@ class Transformer(nn.Module):
         is computed once per sentence and repeated for its `beam` rows."""
         memory, src_mask = self.encode(src)
         caches = [
-            (
-                layer.self_attention.start(memory, src_mask, beam),
-                layer.cross_attention.start(memory, src_mask, beam),
+            tuple(
+                None if site is None else site.start(memory, src_mask, beam)
+                for site in (layer.self_attention, layer.cross_attention)
             )
             for layer in self.decoder_layers
         ]
