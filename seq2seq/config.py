@@ -315,6 +315,33 @@ class ExportConfig:
 
 
 @dataclass
+class AnalyzeConfig(RootConfig):
+    """What `analyze` reads (conf/analyze.yaml): train's config (the data, and the model and
+    tokenizer of the models at initialisation) and what to probe."""
+
+    checkpoints: list[str]  # trained models
+    init: list[str]  # presets of conf/ablation/, probed at initialisation
+    split: str
+    sentences: int
+    output: str  # <output>.md, .csv and .png
+
+    def check(self) -> None:
+        super().check()
+        require(
+            bool(self.checkpoints or self.init),
+            "checkpoints",
+            "nothing to probe: give checkpoints=[<run>/checkpoints/best.ckpt] and/or "
+            "init=[standard,attention_only]",
+        )
+        require(
+            self.split in self.data.splits,
+            "split",
+            f"'{self.split}' is not one of data.splits ({', '.join(self.data.splits)})",
+        )
+        require(self.sentences >= 1, "sentences", f"must be >= 1, got {self.sentences}")
+
+
+@dataclass
 class VisualizeConfig:
     """What `visualize` reads (conf/visualize.yaml)."""
 
