@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import (
+    CONF_DIR,
     ROOT,
     SPECIAL_IDS,
     compose_config,
@@ -19,6 +20,7 @@ from helpers import (
     random_batch,
     toy_corpus,
 )
+from hydra import compose, initialize_config_dir
 
 from seq2seq.config import config_to_dict
 from seq2seq.model.config import ModelConfig
@@ -36,6 +38,24 @@ def test_every_ablation_preset_composes_and_builds(variant: str) -> None:
     m = Transformer(config.model, VOCAB, VOCAB, True, **SPECIAL_IDS).eval()
     src, tgt = random_batch(VOCAB)
     assert m(src, tgt).shape == (3, 7, VOCAB)
+
+
+def sweep_params(experiment: str) -> dict[str, str]:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        config = compose("train", [f"experiment={experiment}"], return_hydra_config=True)
+    return dict(config.hydra.sweeper.params)
+
+
+def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
+    attention = sweep_params("ablation_cpu")
+    block = sweep_params("block_ablation_cpu")
+    assert attention["seed"] == block["seed"] == "1,2,3"
+    attention_presets = set(attention["+ablation"].split(","))
+    block_presets = set(block["+ablation"].split(","))
+    assert attention_presets & block_presets == {"standard"}
+    every = {p.stem for p in (ROOT / "conf" / "ablation").glob("*.yaml")}
+    assert attention_presets | block_presets == every
+    assert len(attention_presets) == 10 and len(block_presets) == 6
 
 
 REFERENCES, _ = toy_corpus(60)
