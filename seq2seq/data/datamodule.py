@@ -38,6 +38,13 @@ class PreparedData:
     built: list[str] = field(default_factory=list)  # what this call computed (not from cache)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS reports one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def writable_dir(path: Path, key: str) -> Path:
     """`path`, created if missing; a clear error naming `key` if it cannot be written."""
     try:
@@ -80,7 +87,7 @@ def prepare(config: RootConfig) -> PreparedData:
     tokenizer, trained = load_or_train(cache_dir, config.tokenizer, inputs(train), training_text)
     if trained:
         built.append("tokenizer")
-    processes = data.encode_processes or len(os.sched_getaffinity(0))
+    processes = data.encode_processes or usable_cpus()
     splits = {}
     for name, split in files.items():
         limits = data.filter if name == data.train_split else None
