@@ -84,12 +84,11 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
-def attention_site(
-    config: ModelConfig, site: str, home: Stream, layer: int, count: int
-) -> AttentionSite:
-    """The site `site` (encoder_self, decoder_self or cross) of layer `layer` of `count`, as
+def attention_site(config: ModelConfig, site: str, home: Stream, layer: int) -> AttentionSite:
+    """The site `site` (encoder_self, decoder_self or cross) of layer `layer` of its stack, as
     `model.attention` wires it there, updating the `home` stream: the source in the encoder,
     the target in the decoder."""
+    count = config.encoder_layers if site == "encoder_self" else config.decoder_layers
     return AttentionSite(
         config.attention.site(site, layer, count),
         home,
@@ -114,13 +113,12 @@ def sublayer(
 class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        count = config.encoder_layers
         attention, attention_block = sublayer(
             config,
             "encoder",
             "self_attention",
             layer,
-            lambda: attention_site(config, "encoder_self", Stream.source, layer, count),
+            lambda: attention_site(config, "encoder_self", Stream.source, layer),
         )
         feed_forward, feed_forward_block = sublayer(
             config, "encoder", "feed_forward", layer, lambda: FeedForward(config)
@@ -146,20 +144,19 @@ LayerWeights = dict[str, Tensor | None]  # a decoder layer's weights by site: de
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        count = config.decoder_layers
         self_attention, self_block = sublayer(
             config,
             "decoder",
             "self_attention",
             layer,
-            lambda: attention_site(config, "decoder_self", Stream.target, layer, count),
+            lambda: attention_site(config, "decoder_self", Stream.target, layer),
         )
         cross_attention, cross_block = sublayer(
             config,
             "decoder",
             "cross_attention",
             layer,
-            lambda: attention_site(config, "cross", Stream.target, layer, count),
+            lambda: attention_site(config, "cross", Stream.target, layer),
         )
         feed_forward, feed_forward_block = sublayer(
             config, "decoder", "feed_forward", layer, lambda: FeedForward(config)
