@@ -87,7 +87,7 @@ def load_engine(directory: Path, device: torch.device, compute_type: str = "defa
             "package: pip install -e '.[deploy]'"
         ) from None
     try:
-        return ctranslate2.Translator(
+        translator = ctranslate2.Translator(
             str(directory),
             device=device.type,
             compute_type=compute_type,
@@ -99,6 +99,22 @@ def load_engine(directory: Path, device: torch.device, compute_type: str = "defa
             f"cannot load the CTranslate2 model in {directory}: {str(e).splitlines()[0]}. The "
             "export is damaged or from another CTranslate2 version: export the checkpoint again "
             "with python -m seq2seq.export ... export.overwrite=true"
+        ) from None
+    if device.type == "cuda":
+        check_cuda_libraries(translator, ctranslate2.__version__)
+    return translator
+
+
+def check_cuda_libraries(translator: Any, version: str) -> None:
+    """CTranslate2 loads cuBLAS at its first GPU search, not with the model: a one-token search
+    finds a missing library here rather than in the middle of a file."""
+    try:
+        translator.translate_batch([["<unk>"]], max_decoding_length=1)
+    except RuntimeError as e:
+        raise CheckpointError(
+            f"CTranslate2 {version} cannot translate on this GPU: {str(e).splitlines()[0]}. "
+            "Install the CUDA libraries its wheel was built for (CTranslate2 4.x: CUDA 12), "
+            "or translate on the CPU: CUDA_VISIBLE_DEVICES= python -m seq2seq.translate ..."
         ) from None
 
 

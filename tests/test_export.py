@@ -33,7 +33,10 @@ from seq2seq.model.transformer import Transformer
 from seq2seq.translator import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="needs the deploy extra: .[deploy]")
-from seq2seq.deployed import CTranslate2Translator  # noqa: E402  (needs ctranslate2)
+from seq2seq.deployed import (  # noqa: E402  (needs ctranslate2)
+    CTranslate2Translator,
+    check_cuda_libraries,
+)
 
 VOCAB = 60
 SOURCES, TARGETS = toy_corpus(300)
@@ -297,3 +300,17 @@ def test_tokenizer_and_metadata_go_along_and_overwrite_is_explicit(
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
         export_model(model, tokenizer, tmp_path / "file")
+
+
+def test_a_gpu_without_ctranslate2s_cuda_libraries_is_refused_with_the_fix() -> None:
+    class SearchWithoutCublas:
+        def translate_batch(self, batch: list[list[str]], max_decoding_length: int) -> None:
+            assert (batch, max_decoding_length) == ([["<unk>"]], 1)
+            raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded\nmore")
+
+    with pytest.raises(
+        CheckpointError,
+        match=r"^CTranslate2 4.8.5 cannot translate on this GPU: Library libcublas.so.12 is not "
+        r"found or cannot be loaded\. .*CUDA 12.*CUDA_VISIBLE_DEVICES= python -m seq2seq",
+    ):
+        check_cuda_libraries(SearchWithoutCublas(), "4.8.5")

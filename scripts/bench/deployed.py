@@ -21,6 +21,7 @@ from torch import Tensor
 from bench.decoding import Search, SearchFactory
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.deployed import load_engine, suppressed
+from seq2seq.errors import CheckpointError
 from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
 
@@ -44,6 +45,10 @@ def ctranslate2_searches(
     device = next(model.parameters()).device
     directory = scratch_directory() / "model"
     export_model(model, tokenizer, directory)
+    try:
+        load_engine(directory, device)  # on a GPU, finds the CUDA libraries it cannot load
+    except CheckpointError as e:
+        return {}, str(e)
     never = suppressed(tokenizer)
 
     def pieces(src: Tensor) -> list[list[str]]:

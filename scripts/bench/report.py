@@ -151,6 +151,8 @@ def report(
 ) -> str:
     """The printed report: summary lines, the training table, the decoding table."""
     same = "yes" if results["cache_equals_no_cache"] else "NO"
+    rows = results["greedy_rows_as_ctranslate2"]
+    as_ctranslate2 = "not run" if rows is None else f"{rows} sentences"
     return "\n".join(
         [
             *summary(results, notes),
@@ -159,7 +161,6 @@ def report(
             "",
             decoding_table(decoded, beam),
             f"\ngreedy with cache gives the no-cache outputs (first batch): {same}",
-            "CTranslate2 float32 greedy gives our token ids (first batch): "
-            f"{results['greedy_rows_as_ctranslate2']} sentences",
+            f"CTranslate2 float32 greedy gives our token ids (first batch): {as_ctranslate2}",
         ]
     )
