@@ -147,7 +147,7 @@ def preset_model(config: AnalyzeConfig, preset: str) -> ModelConfig:
 def models(config: AnalyzeConfig) -> list[tuple[str, Transformer, Tokenizer]]:
     """(label, model, tokenizer): each checkpoint trained, then each preset at initialisation."""
     found = []
-    for path in config.checkpoints:
+    for path in config.trained:
         trained = load_trained(Path(path))
         label = f"{trained.config.model.attention.name} trained ({Path(path).parent.parent.name})"
         found.append((label, trained.model, trained.tokenizer))

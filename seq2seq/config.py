@@ -319,19 +319,24 @@ class AnalyzeConfig(RootConfig):
     """What `analyze` reads (conf/analyze.yaml): train's config (the data, and the model and
     tokenizer of the models at initialisation) and what to probe."""
 
-    checkpoints: list[str]  # trained models
+    checkpoints: list[str]  # trained models, after ckpt_path
     init: list[str]  # presets of conf/ablation/, probed at initialisation
     split: str
     sentences: int
     output: str  # <output>.md, .csv and .png
 
+    @property
+    def trained(self) -> list[str]:
+        """`ckpt_path` (one checkpoint, as in evaluate and translate), then `checkpoints`."""
+        return [self.ckpt_path, *self.checkpoints] if self.ckpt_path else list(self.checkpoints)
+
     def check(self) -> None:
         super().check()
         require(
-            bool(self.checkpoints or self.init),
+            bool(self.trained or self.init),
             "checkpoints",
-            "nothing to probe: give checkpoints=[<run>/checkpoints/best.ckpt] and/or "
-            "init=[standard,attention_only]",
+            "nothing to probe: give ckpt_path=<run>/checkpoints/best.ckpt, "
+            "checkpoints=[<a>.ckpt,<b>.ckpt] and/or init=[standard,attention_only]",
         )
         require(
             self.split in self.data.splits,

@@ -104,7 +104,7 @@ def test_analyze_probes_checkpoints_and_presets_at_initialisation(toy_run, tmp_p
         tmp_path,
         *data,
         "model=transformer_tiny",
-        f"checkpoints=[{checkpoint}]",
+        f"ckpt_path={checkpoint}",
         "init=[standard,attention_only]",
         "sentences=20",
     )
@@ -126,6 +126,7 @@ def test_analyze_probes_checkpoints_and_presets_at_initialisation(toy_run, tmp_p
         (["init=[deep]"], "config key 'init': no preset 'deep'"),
         (["init=[standard]", "split=dev"], "config key 'split': 'dev' is not one of"),
         (["checkpoints=[missing.ckpt]"], "missing.ckpt"),
+        (["ckpt_path=gone.ckpt"], "gone.ckpt"),
     ],
 )
 def test_analyze_errors_name_the_setting(toy_run, tmp_path, overrides, message) -> None:
