@@ -26,6 +26,7 @@ PRESETS = [
     "no_ffn",
     "attention_only",
     "skip_deep_attention",
+    "skip_shallow_attention",
     "swapped_cross_last_layer",
 ]
 MIXES = [
@@ -62,7 +63,8 @@ def test_layer_sets(value, count: int, layers: set[int]) -> None:
     [
         ([3], "layer 3 is out of range for 3 layers (0 to 2, or -1 to -3 from the end)"),
         ([-4], "layer -4 is out of range"),
-        ("last:4", "asks for 4 layers of 3"),
+        ("last:4", "last:4 asks for 4 layers of 3; use at most last:3"),
+        ("first:200%", "first:200% asks for 6 layers of 3; use at most first:3"),
         ("deep", "'deep' is not a layer set; use all, none, first:k, last:k"),
         ("last:1.5", "is not a layer set"),
         (["0"], "layer '0' is out of range"),

@@ -36,7 +36,7 @@ def layer_set(value: Any, count: int, key: str) -> frozenset[int]:
         side, number, percent = match.groups()
         k = math.ceil(int(number) * count / 100) if percent else int(number)
         require(
-            k <= count, key, f"{value} asks for {k} layers of {count}; use at most last:{count}"
+            k <= count, key, f"{value} asks for {k} layers of {count}; use at most {side}:{count}"
         )
         return frozenset(range(k) if side == "first" else range(count - k, count))
     require(isinstance(value, Sequence), key, f"{value!r} is not a layer set; use {LAYER_SETS}")
