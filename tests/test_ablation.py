@@ -55,7 +55,7 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
     assert attention_presets & block_presets == {"standard"}
     every = {p.stem for p in (ROOT / "conf" / "ablation").glob("*.yaml")}
     assert attention_presets | block_presets == every
-    assert len(attention_presets) == 10 and len(block_presets) == 6
+    assert len(attention_presets) == 10 and len(block_presets) == 7
 
 
 REFERENCES, _ = toy_corpus(60)
