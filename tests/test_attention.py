@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import Tensor, nn
 from torch.profiler import profile
 
-from seq2seq.model.attention import MultiHeadAttention, preferred_kernels_off
+from seq2seq.model.attention import MultiHeadAttention, kernel_choice, preferred_kernels_off
 
 
 def make(d_model: int = 32, heads: int = 4) -> MultiHeadAttention:
@@ -93,3 +95,26 @@ def test_bf16_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results
     assert flash in ops_flash and flash not in ops_math
     assert relative_error(out_math, out_flash) < 1e-2
     assert relative_error(grad_math, grad_flash) < 2e-2
+
+
+def sdpa_backends_enabled() -> dict[str, bool]:
+    backends = torch.backends.cuda
+    return {
+        "cudnn": backends.cudnn_sdp_enabled(),
+        "flash": backends.flash_sdp_enabled(),
+        "efficient": backends.mem_efficient_sdp_enabled(),
+        "math": backends.math_sdp_enabled(),
+    }
+
+
+@pytest.mark.parametrize("grad", [True, False])  # training and decoding
+def test_on_a_gpu_every_sdpa_kernel_but_cudnns_may_run(grad: bool) -> None:
+    gpu_queries = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16)
+    before = sdpa_backends_enabled()
+    assert before["cudnn"]  # torch's default, which the rule turns off
+    with torch.set_grad_enabled(grad), kernel_choice(gpu_queries):
+        inside = sdpa_backends_enabled()
+    assert inside == {"cudnn": False, "flash": True, "efficient": True, "math": True}
+    assert sdpa_backends_enabled() == before
+    with preferred_kernels_off(), kernel_choice(gpu_queries):
+        assert sdpa_backends_enabled() == before

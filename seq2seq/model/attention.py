@@ -20,18 +20,21 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.model.config import Score
 
-# SDPA kernels per (device type, dtype) while training, where measured faster than torch's own
-# choice (docs/performance.md, "bf16 on a CPU"): in bf16 on a CPU, the flash kernel's backward
-# dominates our step and the math kernel trains faster; fp32 stays on torch's choice (flash).
-PREFERRED_KERNELS: dict[tuple[str, torch.dtype], SDPBackend] = {
-    ("cpu", torch.bfloat16): SDPBackend.MATH,
+# SDPA kernels where torch's own choice was measured slower (docs/performance.md). In bf16 on a
+# CPU, while training: the flash kernel's backward dominates our step and the math kernel trains
+# faster (fp32 stays on torch's choice, flash). On a CUDA GPU, always: cuDNN's kernel, torch's
+# first choice on an H100, builds a graph for every new shape, and every batch and decoding step
+# brings new lengths; without it the first epoch trained about 7x faster.
+TRAINING_KERNELS: dict[tuple[str, torch.dtype], list[SDPBackend]] = {
+    ("cpu", torch.bfloat16): [SDPBackend.MATH],
 }
+CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 _preferred_on = True
 
 
 @contextlib.contextmanager
 def preferred_kernels_off() -> Iterator[None]:
-    """Let torch choose every kernel: what scripts/precision_probe.py compares the rule with."""
+    """Let torch choose every kernel: what scripts/precision_probe.py compares the rules with."""
     global _preferred_on
     before, _preferred_on = _preferred_on, False
     try:
@@ -41,11 +44,16 @@ def preferred_kernels_off() -> Iterator[None]:
 
 
 def kernel_choice(q: Tensor) -> contextlib.AbstractContextManager:
-    """The SDPA kernel for these queries: PREFERRED_KERNELS while training, else torch's."""
-    backend = PREFERRED_KERNELS.get((q.device.type, q.dtype))
-    if backend is None or not _preferred_on or not torch.is_grad_enabled():
+    """The SDPA kernels for these queries: CUDA_KERNELS on a GPU, TRAINING_KERNELS while
+    training, else torch's choice."""
+    if not _preferred_on:
         return contextlib.nullcontext()
-    return sdpa_kernel(backend)
+    if q.device.type == "cuda":
+        return sdpa_kernel(CUDA_KERNELS)
+    backends = TRAINING_KERNELS.get((q.device.type, q.dtype))
+    if backends is None or not torch.is_grad_enabled():
+        return contextlib.nullcontext()
+    return sdpa_kernel(backends)
 
 
 class KVCache:
