@@ -179,6 +179,8 @@ def write_table(rows: list[LayerRow], output: Path) -> None:
 def plot(rows: list[LayerRow], title: str, output: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False)
     labels = list(dict.fromkeys(r.model for r in rows))
+    # one colour per variant, solid when trained, dashed at initialisation
+    variants = list(dict.fromkeys(label.split()[0] for label in labels))
     for column, stack in enumerate(STACKS):
         for row, (name, measure) in enumerate(
             (("rank-1 residual", "residual"), ("effective rank", "effective_rank"))
@@ -190,14 +192,20 @@ def plot(rows: list[LayerRow], title: str, output: Path) -> None:
                     for r in rows
                     if r.model == label and r.stack == stack
                 )
-                axis.plot(*zip(*points, strict=True), "o-", label=label)
+                axis.plot(
+                    *zip(*points, strict=True),
+                    "o--" if label.endswith(" at init") else "o-",
+                    color=f"C{variants.index(label.split()[0]) % 10}",
+                    label=label,
+                )
             axis.set_title(f"{stack}: {name}", fontsize=9)
             axis.set_xlabel("layer (0: embedding)", fontsize=8)
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
             axis.set_ylim(bottom=0)
-    axes[0][0].legend(fontsize=7)
+    legend_rows = math.ceil(len(labels) / 2)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.035 * legend_rows, 1, 1))
     with atomic_path(output.with_suffix(".png")) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
