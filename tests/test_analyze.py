@@ -116,6 +116,12 @@ def test_analyze_probes_checkpoints_and_presets_at_initialisation(toy_run, tmp_p
     assert len(rows) == 3 * (3 + 3)  # embedding + 2 layers, in the encoder and the decoder
     assert {row["sentences"] for row in rows} == {"20"}
     assert (tmp_path / "rank_collapse.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.glob("rank_collapse*")) == [
+        "rank_collapse.csv",
+        "rank_collapse.md",
+        "rank_collapse.png",
+    ]
+    assert not (tmp_path / "analyze.log").exists()  # the log goes to the console only
     assert "| attention_only at init | decoder | 2 |" in (tmp_path / "rank_collapse.md").read_text()
 
 

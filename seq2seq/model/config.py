@@ -136,31 +136,30 @@ class AttentionConfig:
     allow_future_leak: bool  # True: no causal mask in the decoder (leak demonstration)
     layers: list[LayerWiringConfig]
 
+    def exceptions(self, site: str, layer: int, count: int) -> list[tuple[int, SiteOverrideConfig]]:
+        """(index in `layers`, its settings for `site`) of the entries that name `layer` (of
+        `count` in its stack) and change something there, in order."""
+        return [
+            (number, getattr(entry, site))
+            for number, entry in enumerate(self.layers)
+            if getattr(entry, site) != SiteOverrideConfig()
+            and layer in layer_set(entry.layers, count, f"model.attention.layers[{number}].layers")
+        ]
+
     def site(self, site: str, layer: int, count: int) -> AttentionSiteConfig:
         """Site `site` of layer `layer` (of `count` in its stack), exceptions applied."""
         config = getattr(self, site)
-        for number, entry in enumerate(self.layers):
-            if layer in layer_set(entry.layers, count, f"model.attention.layers[{number}].layers"):
-                changes = {
-                    f.name: getattr(getattr(entry, site), f.name)
-                    for f in fields(SiteOverrideConfig)
-                    if getattr(getattr(entry, site), f.name) is not None
-                }
-                config = replace(config, **changes)
+        for _, override in self.exceptions(site, layer, count):
+            changes = {f.name: getattr(override, f.name) for f in fields(override)}
+            config = replace(config, **{k: v for k, v in changes.items() if v is not None})
         return config
 
     def check(self, d_model: int, encoder_layers: int, decoder_layers: int) -> None:
         for site in SITES:
             count = encoder_layers if site == "encoder_self" else decoder_layers
             for layer in range(count):
-                touched = [
-                    number
-                    for number, entry in enumerate(self.layers)
-                    if getattr(entry, site) != SiteOverrideConfig()
-                    and layer
-                    in layer_set(entry.layers, count, f"model.attention.layers[{number}].layers")
-                ]
-                where = f"layers[{touched[-1]}].{site}" if touched else site
+                exceptions = self.exceptions(site, layer, count)
+                where = f"layers[{exceptions[-1][0]}].{site}" if exceptions else site
                 config = self.site(site, layer, count)
                 config.check(where, d_model)
                 require(

@@ -84,21 +84,6 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
-def attention_site(config: ModelConfig, site: str, home: Stream, layer: int) -> AttentionSite:
-    """The site `site` (encoder_self, decoder_self or cross) of layer `layer` of its stack, as
-    `model.attention` wires it there, updating the `home` stream: the source in the encoder,
-    the target in the decoder."""
-    count = config.encoder_layers if site == "encoder_self" else config.decoder_layers
-    return AttentionSite(
-        config.attention.site(site, layer, count),
-        home,
-        config.d_model,
-        config.heads,
-        config.attention_dropout,
-        causal=not config.attention.allow_future_leak,
-    )
-
-
 def sublayer(
     config: ModelConfig, stack: str, name: str, layer: int, build: Callable[[], nn.Module]
 ) -> tuple[nn.Module | None, Residual | None]:
@@ -110,16 +95,41 @@ def sublayer(
     return build(), Residual(config, settings.residual)
 
 
+# the attention site that each attention sublayer of model.block is
+SITE_OF = {
+    ("encoder", "self_attention"): "encoder_self",
+    ("decoder", "self_attention"): "decoder_self",
+    ("decoder", "cross_attention"): "cross",
+}
+
+
+def attention_sublayer(
+    config: ModelConfig, stack: str, name: str, layer: int
+) -> tuple[AttentionSite | None, Residual | None]:
+    """An attention sublayer, wired as `model.attention` says for this layer, updating its
+    stack's stream: the source in the encoder, the target in the decoder."""
+    site = SITE_OF[stack, name]
+    count = getattr(config, f"{stack}_layers")
+    return sublayer(
+        config,
+        stack,
+        name,
+        layer,
+        lambda: AttentionSite(
+            config.attention.site(site, layer, count),
+            Stream.source if stack == "encoder" else Stream.target,
+            config.d_model,
+            config.heads,
+            config.attention_dropout,
+            causal=not config.attention.allow_future_leak,
+        ),
+    )
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        attention, attention_block = sublayer(
-            config,
-            "encoder",
-            "self_attention",
-            layer,
-            lambda: attention_site(config, "encoder_self", Stream.source, layer),
-        )
+        attention, attention_block = attention_sublayer(config, "encoder", "self_attention", layer)
         feed_forward, feed_forward_block = sublayer(
             config, "encoder", "feed_forward", layer, lambda: FeedForward(config)
         )
@@ -144,19 +154,9 @@ LayerWeights = dict[str, Tensor | None]  # a decoder layer's weights by site: de
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        self_attention, self_block = sublayer(
-            config,
-            "decoder",
-            "self_attention",
-            layer,
-            lambda: attention_site(config, "decoder_self", Stream.target, layer),
-        )
-        cross_attention, cross_block = sublayer(
-            config,
-            "decoder",
-            "cross_attention",
-            layer,
-            lambda: attention_site(config, "cross", Stream.target, layer),
+        self_attention, self_block = attention_sublayer(config, "decoder", "self_attention", layer)
+        cross_attention, cross_block = attention_sublayer(
+            config, "decoder", "cross_attention", layer
         )
         feed_forward, feed_forward_block = sublayer(
             config, "decoder", "feed_forward", layer, lambda: FeedForward(config)
