@@ -255,6 +255,7 @@ def test_visualize_reads_an_old_checkpoint(sentencepiece: bytes, tmp_path: Path)
     result = run("visualize", tmp_path, f"ckpt_path={path}", "text=a dog runs", "output=map.png")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["map.png", "old.ckpt"]  # no .log
 
 
 def test_lightning_resumes_from_a_checkpoint_with_old_names(

@@ -154,6 +154,7 @@ def test_translate_keeps_lines_in_order_and_empty_lines_empty(
     ckpt = run_dir / "checkpoints" / "best.ckpt"
     result = run("translate", tmp_path, f"ckpt_path={ckpt}", "decoding.beam_size=2", stdin=text)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # a filter: no translate.log, nothing written
     out = result.stdout.split("\n")
     assert len(out) == 6 and out[-1] == ""  # five lines in, five out
     assert out[1] == "" and out[3] == ""
@@ -207,6 +208,7 @@ def test_export_command_writes_a_model_that_translates_as_ours(
     ckpt = run_dir / "checkpoints" / "averaged.ckpt"
     result = run("export", tmp_path, f"ckpt_path={ckpt}", "export.dir=ct2")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["ct2"]  # and no export.log
     metadata = json.loads((tmp_path / "ct2" / "seq2seq_export.json").read_text())
     summary = json.loads((run_dir / "run_summary.json").read_text())
     assert metadata["checkpoint"] == str(ckpt.resolve())
