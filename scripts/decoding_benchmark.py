@@ -7,7 +7,7 @@ Unlike scripts/benchmark.py (random weights, lengths forced equal), this decodes
 user does: the checkpoint's own weights, each sentence stopping at its own EOS. Every system
 translates the same source lines through `Translator.translate`, in batches of
 `decoding.batch_size` on the same threads: ours (the checkpoint), and the checkpoint exported
-by seq2seq.export as CTranslate2 float32 and int8 directories (seq2seq.deployed; each built
+by seq2seq.export as CTranslate2 float32 and int8 directories (seq2seq.decoding; each built
 before its timed pass and deleted after it: a live ctranslate2.Translator slowed ours by a
 quarter on an AMD EPYC; bf16 units: avx512_bf16). Repetitions are interleaved; the report
 gives sentences/s (median), cased BLEU against the reference, how many outputs equal ours and
@@ -27,13 +27,12 @@ from bench.deployed import scratch_directory
 from bench.measure import Isolated, Phase, interleaved
 from bench.report import environment, ratio, table, write_json
 
-from seq2seq.checkpoint import TrainedModel, load_trained
 from seq2seq.config import DecodingConfig, group_config
 from seq2seq.data.corpus import read_lines
-from seq2seq.deployed import CTranslate2Translator
-from seq2seq.export import export_model
+from seq2seq.decoding.checkpoint import TrainedModel, load_trained
+from seq2seq.decoding.ctranslate2_backend import export_model
+from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import bleu
-from seq2seq.translator import Translator
 
 TEST = Path("../shared/data/multi30k")
 SETTINGS = ("beam_size", "length_penalty", "batch_size")  # of decoding, in the report
@@ -80,7 +79,7 @@ def main(argv: list[str]) -> int:
     sizes = weights_megabytes(trained, directories)
 
     def deployed(directory: Path) -> Callable[[], Translate]:
-        return lambda: CTranslate2Translator(directory, decoding).translate
+        return lambda: Translator.from_checkpoint(directory, decoding).translate
 
     builds = {name: deployed(directory) for name, directory in directories.items()}
     outputs = {"ours": ours(sources)}

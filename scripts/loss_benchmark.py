@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.loss import label_smoothed_cross_entropy
+from seq2seq.model.loss import label_smoothed_cross_entropy
 
 Loss = Callable[[Tensor, Tensor, Tensor, float], Tensor]
 

@@ -1,4 +1,5 @@
-"""Typed schema of the Hydra config tree in conf/.
+"""Typed schema of the Hydra config tree in seq2seq/conf/, and the upgrade of configs saved by
+earlier versions (`upgrade_config`).
 
 Hydra composes the YAML files; `validate_config` then merges the result into this schema so that
 an unknown key, a value of the wrong type or a value that cannot work fails at start-up with a
@@ -8,6 +9,7 @@ the model, in seq2seq/model/config.py.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,8 +26,9 @@ from seq2seq.errors import ConfigError, require
 from seq2seq.model.config import ModelConfig
 
 # The YAML files are the only home of default values: the dataclasses below declare keys, types
-# and checks, and have no defaults of their own.
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# and checks, and have no defaults of their own. They ship inside the package (package data),
+# so an editable and a regular install find them alike.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 @dataclass
@@ -366,6 +369,39 @@ class VisualizeConfig:
         )
 
 
+@dataclass
+class ReportConfig:
+    """What `report` reads (conf/report.yaml): an ablation sweep, or training runs to compare."""
+
+    sweep: str | None
+    runs: Any  # run directories: a list, or a mapping label -> directory
+    baseline: str
+    test_set: str | None
+    references: str | None
+    output: str | None
+
+    def check(self) -> None:
+        require(
+            (self.sweep is None) != (self.runs is None),
+            "sweep",
+            "give either sweep=<multirun dir> (an ablation report) or runs=[<run dir>,...] "
+            "(validation BLEU of runs compared), not both or neither",
+        )
+        require(
+            self.runs is None or (isinstance(self.runs, (list, dict)) and len(self.runs) > 0),
+            "runs",
+            f"{self.runs!r}: name run directories, runs=[outputs/a,outputs/b] or "
+            "runs={bf16:outputs/a,fp32:outputs/b}",
+        )
+
+    @property
+    def labelled_runs(self) -> dict[str, Path]:
+        """`runs` as label -> directory; a list's directories are their own labels."""
+        if isinstance(self.runs, dict):
+            return {str(label): Path(str(path)) for label, path in self.runs.items()}
+        return {str(path): Path(str(path)) for path in self.runs}
+
+
 def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
     """Check a composed config against `schema` and return it as typed objects."""
     try:
@@ -382,6 +418,45 @@ def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
         raise ConfigError(f"config key '{key}': {message}{hint}") from None
     config.check()
     return config
+
+
+# TensorBoard beside metrics.csv: what train logged before the `logger` group existed
+TENSORBOARD = {
+    "_target_": "pytorch_lightning.loggers.TensorBoardLogger",
+    "name": "tensorboard",
+    "version": "",
+}
+
+# every sublayer of every layer, with its residual: the only block before model.block existed
+EVERY_SUBLAYER = {
+    stack: {name: {"skip": "none", "residual": "all"} for name in names}
+    for stack, names in (
+        ("encoder", ("self_attention", "feed_forward")),
+        ("decoder", ("self_attention", "cross_attention", "feed_forward")),
+    )
+}
+
+
+def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved config in today's layout: keys added since it was written get the
+    values that reproduce the run that wrote it, so that old checkpoints keep loading."""
+    upgraded = {"logger": dict(TENSORBOARD), **saved}
+    upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
+    upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
+    upgraded["data"] = {"encode_processes": 0, **saved["data"]}
+    model = saved["model"]
+    upgraded["model"] = {
+        "block": copy.deepcopy(EVERY_SUBLAYER),
+        **model,
+        "attention": {"layers": [], **model["attention"]},
+    }
+    return upgraded
+
+
+def load_config(saved: dict[str, Any]) -> RootConfig:
+    """A training config saved by any version (a checkpoint's, an export's, a run's
+    config.yaml), upgraded and checked."""
+    return validate_config(OmegaConf.create(upgrade_config(saved)))
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

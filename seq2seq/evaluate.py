@@ -1,4 +1,5 @@
-"""`python -m seq2seq.evaluate ckpt_path=... [decoding.beam_size=5] [data.test_sets=[val]]`.
+"""`python -m seq2seq.evaluate ckpt_path=... [decoding.beam_size=5] [data.test_sets=[val]]`: BLEU
+and chrF of a checkpoint on its test sets.
 
 Scores a checkpoint, or a directory written by seq2seq.export (decoded by CTranslate2), with
 the tokenizer and data config it carries, reading only the test files (`data.*` overrides pick
@@ -30,10 +31,10 @@ from seq2seq.config import (
     validate_config,
 )
 from seq2seq.data.corpus import SplitPaths, ensure_available, read_parallel, split_paths
+from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
 from seq2seq.metrics import corpus_scores
-from seq2seq.translator import default_device, load_translator
 
 log = logging.getLogger("seq2seq.evaluate")
 
@@ -86,7 +87,8 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     """Score `ckpt_path` (a checkpoint or an export directory) on its data config's test sets,
     with `data` keys merged over that config (other sets or files); return and write the
     scores."""
-    translator, training = load_translator(ckpt_path, decoding, default_device())
+    translator = Translator.from_checkpoint(ckpt_path, decoding, default_device())
+    training = translator.training_config
     if training is None:
         raise CheckpointError(
             f"{ckpt_path} records no training configuration, so evaluate does not know its "
@@ -96,7 +98,7 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     tag = decoding_tag(decoding)
     results: dict = {
         "checkpoint": str(ckpt_path),
-        "backend": translator.backend,
+        "backend": translator.backend.name,
         "decoding": config_to_dict(decoding),
         "test_sets": {},
     }

@@ -25,29 +25,25 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from seq2seq.callbacks import (
+from seq2seq.cli import entrypoint
+from seq2seq.config import RootConfig, config_to_dict
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
+from seq2seq.decoding.translator import Translator, default_device
+from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.evaluate import evaluate_checkpoint
+from seq2seq.io import atomic_path
+from seq2seq.metrics import bleu
+from seq2seq.training.callbacks import (
     FlushMetricsWithCheckpoints,
     GracefulStop,
     LearningCurve,
     ValidateAtMaxSteps,
 )
-from seq2seq.checkpoint import (
-    AtomicCheckpointIO,
-    average_checkpoints,
-    load_trained,
-    read_checkpoint,
-)
-from seq2seq.cli import entrypoint
-from seq2seq.config import RootConfig, config_to_dict
-from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.evaluate import evaluate_checkpoint
-from seq2seq.io import atomic_path
-from seq2seq.metrics import bleu
-from seq2seq.module import TranslationModule
-from seq2seq.precision import resolve_precision
-from seq2seq.translator import Translator, default_device
+from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.precision import resolve_precision
 
 log = logging.getLogger("seq2seq.train")
 

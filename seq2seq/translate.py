@@ -1,5 +1,5 @@
-"""`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`, or with
-`input=... output=...` files.
+"""`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`: text in, translations
+out (or `input=... output=...` files).
 
 One output line per input line, in order; an empty line gives an empty line. With
 `decoding.nbest=k` (k > 1), k lines per input line instead, best first, each
@@ -21,9 +21,9 @@ from typing import BinaryIO, TextIO
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
+from seq2seq.decoding.translator import Translation, Translator, default_device
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_path
-from seq2seq.translator import Translation, Translator, default_device
 
 CHUNK_LINES = 1000
 

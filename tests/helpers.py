@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from seq2seq.config import CONF_DIR, RootConfig, group_config, validate_config
 from seq2seq.data.tokenizer import Tokenizer
 
-ROOT = CONF_DIR.parent
+ROOT = Path(__file__).resolve().parents[1]  # the checkout
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
 # what the model and search receive from the tokenizer: Transformer(..., **SPECIAL_IDS)
 SPECIAL_IDS = {"pad_id": Tokenizer.pad_id, "bos_id": Tokenizer.bos_id, "eos_id": Tokenizer.eos_id}
@@ -40,13 +40,13 @@ def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
 def compose_config(
     overrides: list[str] | None = None, config_name: str = "train", schema: type = RootConfig
 ):
-    """Compose a root config of conf/ as the entry points do, and check it against the schema."""
+    """Compose a root config of seq2seq/conf/ as the entry points do, and check it against the schema."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return validate_config(compose(config_name, overrides=overrides or []), schema)
 
 
 def config_of(option: str, schema: type, **fields: Any) -> Any:
-    """A group option of conf/ (e.g. "decoding/beam") with `fields` replaced: tests take their
+    """A group option of seq2seq/conf/ (e.g. "decoding/beam") with `fields` replaced: tests take their
     defaults from the YAML files, as users do."""
     return replace(group_config(option, schema), **fields)
 

@@ -30,7 +30,7 @@ VOCAB = 40
 
 
 @pytest.mark.parametrize(
-    "variant", sorted(p.stem for p in (ROOT / "conf" / "ablation").glob("*.yaml"))
+    "variant", sorted(p.stem for p in (CONF_DIR / "ablation").glob("*.yaml"))
 )
 def test_every_ablation_preset_composes_and_builds(variant: str) -> None:
     config = compose_config([f"+ablation={variant}", "model=transformer_tiny"])
@@ -53,7 +53,7 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
     attention_presets = set(attention["+ablation"].split(","))
     block_presets = set(block["+ablation"].split(","))
     assert attention_presets & block_presets == {"standard"}
-    every = {p.stem for p in (ROOT / "conf" / "ablation").glob("*.yaml")}
+    every = {p.stem for p in (CONF_DIR / "ablation").glob("*.yaml")}
     assert attention_presets | block_presets == every
     assert len(attention_presets) == 10 and len(block_presets) == 7
 

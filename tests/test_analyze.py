@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import compose_config, configured_model, run, toy_corpus, toy_overrides, toy_tokenizer
 
-from seq2seq.analyze import probe, rank_measures
+from seq2seq.analysis.rank_collapse import probe, rank_measures
 from seq2seq.train import train
 
 

@@ -18,19 +18,20 @@ from helpers import CONF_DIR, SPECIAL_IDS, compose_config, run, toy_overrides
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import (
-    average_checkpoints,
-    load_trained,
-    read_checkpoint,
+from seq2seq.config import (
+    DecodingConfig,
+    TokenizerConfig,
+    group_config,
     upgrade_config,
-    upgrade_state_dict,
+    validate_config,
 )
-from seq2seq.config import DecodingConfig, TokenizerConfig, group_config, validate_config
 from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
+from seq2seq.decoding.checkpoint import load_trained, read_checkpoint, upgrade_state_dict
+from seq2seq.decoding.translator import Translator
 from seq2seq.model.transformer import Transformer
-from seq2seq.module import TranslationModule
 from seq2seq.train import train
-from seq2seq.translator import Translator
+from seq2seq.training.checkpoint import average_checkpoints
+from seq2seq.training.module import TranslationModule
 
 VOCAB = 40
 
@@ -217,8 +218,9 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     built = Translator(direct, Tokenizer(sentencepiece, sentencepiece), greedy)
     assert from_checkpoint.translate(SENTENCES) == built.translate(SENTENCES)
     beam = group_config("decoding/beam", DecodingConfig)
-    expected = Translator(direct, built.tokenizer, beam).search(src)
-    assert [[h.tokens for h in n] for n in Translator.from_checkpoint(path, beam).search(src)] == [
+    expected = Translator(direct, built.tokenizer, beam).backend.search(src, beam)
+    loaded = Translator.from_checkpoint(path, beam).backend
+    assert [[h.tokens for h in n] for n in loaded.search(src, beam)] == [
         [h.tokens for h in n] for n in expected
     ]
 

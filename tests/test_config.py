@@ -1,4 +1,4 @@
-"""Every config in conf/ composes; bad keys and values fail early, naming the key."""
+"""Every config in seq2seq/conf/ composes; bad keys and values fail early, naming the key."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ import pytest
 import pytorch_lightning as pl
 from helpers import compose_config, toy_overrides
 
-from seq2seq.checkpoint import read_checkpoint
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.errors import ConfigError
-from seq2seq.module import TranslationModule
+from seq2seq.training.module import TranslationModule
 
 
 def samplers(lengths: np.ndarray, replicas: int, max_tokens: int = 40):

@@ -1,5 +1,5 @@
 """seq2seq.export: a model converted to CTranslate2 computes what ours computes, and a
-Translator on the export directory (seq2seq.deployed) translates as ours does.
+Translator on the export directory (seq2seq.decoding.ctranslate2_backend) translates as ours does.
 
 A tiny model trained for a few seconds on the toy corpus (so that greedy search ends sentences
 with EOS), with a real SentencePiece tokenizer; teacher-forced log-probabilities compare every
@@ -26,16 +26,16 @@ from helpers import (
 
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.evaluate import evaluate_checkpoint
-from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
-from seq2seq.translator import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="needs the deploy extra: .[deploy]")
-from seq2seq.deployed import (  # noqa: E402  (needs ctranslate2)
-    CTranslate2Translator,
+from seq2seq.decoding.ctranslate2_backend import (  # noqa: E402  (needs ctranslate2)
+    CTranslate2Backend,
     check_cuda_libraries,
+    export_model,
 )
 
 VOCAB = 60
@@ -111,7 +111,7 @@ def ours_and_exported(
 ) -> tuple[Translator, Translator]:
     decoding = config_of("decoding/beam", DecodingConfig, **WITHIN_LIMIT, **fields)
     exported = Translator.from_checkpoint(export_model(model, tokenizer, directory), decoding)
-    assert isinstance(exported, CTranslate2Translator)
+    assert isinstance(exported.backend, CTranslate2Backend)
     return Translator(model, tokenizer, decoding), exported
 
 

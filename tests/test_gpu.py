@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from helpers import FP32, config_of, few_pairs_overrides, run, toy_corpus, write_lines
 
 from seq2seq.config import OptimConfig
-from seq2seq.loss import label_smoothed_cross_entropy
-from seq2seq.optim import adamw
+from seq2seq.model.loss import label_smoothed_cross_entropy
+from seq2seq.training.optim import adamw
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"

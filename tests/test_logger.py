@@ -13,8 +13,7 @@ from helpers import compose_config, run, toy_overrides
 from omegaconf import OmegaConf
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.checkpoint import upgrade_config
-from seq2seq.config import validate_config
+from seq2seq.config import upgrade_config, validate_config
 from seq2seq.errors import ConfigError
 from seq2seq.train import build_logger, train, trainer_arguments
 

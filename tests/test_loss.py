@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.loss import label_smoothed_cross_entropy
+from seq2seq.model.loss import label_smoothed_cross_entropy
 
 
 def inputs(rows: int = 37, d: int = 16, vocab: int = 50) -> tuple[torch.Tensor, ...]:

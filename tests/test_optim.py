@@ -12,7 +12,7 @@ from helpers import config_of, wired_model
 from seq2seq.config import OptimConfig
 from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
-from seq2seq.optim import adamw, decayed_parameters, inverse_sqrt
+from seq2seq.training.optim import adamw, decayed_parameters, inverse_sqrt
 
 VOCAB = 40
 LINEAR_WEIGHTS = ("query_projection.weight", "key_value_projection.weight")

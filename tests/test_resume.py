@@ -15,17 +15,18 @@ import pytest
 import torch
 from helpers import compose_config, toy_overrides
 
-from seq2seq.callbacks import metrics_files, read_metrics
-from seq2seq.checkpoint import AtomicCheckpointIO, read_checkpoint
+from seq2seq.analysis.learning_curves import metrics_files, read_metrics
+from seq2seq.decoding.checkpoint import read_checkpoint
+from seq2seq.decoding.translator import Translator
 from seq2seq.errors import TrainingError
-from seq2seq.module import TranslationModule
 from seq2seq.train import train
-from seq2seq.translator import Translator
+from seq2seq.training.checkpoint import AtomicCheckpointIO
+from seq2seq.training.module import TranslationModule
 
 # Runs the train entry point and sends a signal to itself at the end of one training step.
 SIGNAL_AT_STEP = """
 import os, signal, sys
-from seq2seq.module import TranslationModule
+from seq2seq.training.module import TranslationModule
 signum, step = getattr(signal, sys.argv.pop(1)), int(sys.argv.pop(1))
 
 def on_train_batch_end(self, outputs, batch, batch_idx):
@@ -131,7 +132,7 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_resume_command(
 
 KILL_DURING_SAVE = """
 import os, signal, sys, torch
-from seq2seq.checkpoint import AtomicCheckpointIO
+from seq2seq.training.checkpoint import AtomicCheckpointIO
 path = sys.argv[1]
 AtomicCheckpointIO().save_checkpoint({"step": 1, "weights": torch.ones(1000)}, path)
 

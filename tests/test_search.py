@@ -11,9 +11,9 @@ import torch
 from helpers import SPECIAL_IDS, config_of
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding.search import beam_search, greedy_search, max_output_len
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import beam_search, greedy_search, max_output_len
 
 A, B, C = 4, 5, 6  # tokens of the hand-built models
 

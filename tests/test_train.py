@@ -13,13 +13,14 @@ import sentencepiece as spm
 import torch
 from helpers import compose_config, config_of, few_pairs_overrides, run, write_lines
 
-from seq2seq.checkpoint import average_checkpoints, read_checkpoint
 from seq2seq.config import DecodingConfig
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.decoding.checkpoint import read_checkpoint
+from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.train import train, trainer_arguments
-from seq2seq.translator import Translator
+from seq2seq.training.checkpoint import average_checkpoints
 
 PAIRS = 40
 

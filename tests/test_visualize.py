@@ -1,4 +1,5 @@
-"""Attention heatmaps (seq2seq.visualize): the weights the decoder returns, for each wiring."""
+"""Attention heatmaps (seq2seq.analysis.attention, drawn by seq2seq.visualize): the weights the
+decoder returns, for each wiring."""
 
 from __future__ import annotations
 
@@ -10,40 +11,41 @@ from helpers import config_of, configured_model, wired_model
 
 from seq2seq.config import DecodingConfig, TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
+from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import Transformer
-from seq2seq.translator import Translator
 
 
-def translator(model: Transformer) -> Translator:
+def translator(model: Transformer) -> tuple[TorchBackend, DecodingConfig]:
     """`model` with a 40-piece SentencePiece model of a few toy sentences, greedy decoding."""
     words = ["a dog runs", "the cat sleeps", "a man reads a book", "two children play"] * 20
     spm = train_sentencepiece(
         words,
         config_of("tokenizer/sentencepiece", TokenizerConfig, vocab_size=40, byte_fallback=False),
     )
-    return Translator(model, Tokenizer(spm, spm), config_of("decoding/greedy", DecodingConfig))
+    backend = TorchBackend(model, Tokenizer(spm, spm))
+    return backend, config_of("decoding/greedy", DecodingConfig)
 
 
 @pytest.mark.parametrize(
     "cross", [("target", "source"), ("source", "target"), ("source", "source")]
 )
 def test_heatmaps_for_each_wiring(cross, tmp_path: Path) -> None:
-    from seq2seq.visualize import attention_maps, plot
+    from seq2seq.analysis.attention import attention_maps, plot_attention
 
-    maps, _ = attention_maps(translator(wired_model(cross=cross)), "a dog reads", "cross")
+    maps, _ = attention_maps(*translator(wired_model(cross=cross)), "a dog reads", "cross")
     assert [m.layer for m in maps] == [0, 1]
     assert all(m.weights.shape == (4, len(m.query), len(m.key)) for m in maps)
     expected_query = "</s>" if cross[0] == "source" else "<s>"
     assert all(expected_query in m.query for m in maps)
-    plot(maps, per_head=True, title="t", output=tmp_path / "x.png")
+    plot_attention(maps, per_head=True, title="t", output=tmp_path / "x.png")
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_decoder_self_attention_heatmap_is_causal() -> None:
-    from seq2seq.visualize import attention_maps
+    from seq2seq.analysis.attention import attention_maps
 
-    maps, _ = attention_maps(translator(wired_model()), "a dog reads", "decoder_self")
+    maps, _ = attention_maps(*translator(wired_model()), "a dog reads", "decoder_self")
     for m in maps:  # (heads, T, T): position t attends to positions <= t only
         assert m.query == m.key and m.query[0] == "<s>"
         assert m.weights.shape == (4, len(m.query), len(m.key))
@@ -52,20 +54,20 @@ def test_decoder_self_attention_heatmap_is_causal() -> None:
 
 
 def test_heatmaps_follow_per_layer_wiring_and_skip_skipped_layers(tmp_path: Path) -> None:
-    from seq2seq.visualize import attention_maps, plot
+    from seq2seq.analysis.attention import attention_maps, plot_attention
 
     swapped_last = configured_model(
         "attention.layers=[{layers: last:1, cross: {query: source, key_value: target}}]"
     )
-    maps, _ = attention_maps(translator(swapped_last), "a dog reads", "cross")
+    maps, _ = attention_maps(*translator(swapped_last), "a dog reads", "cross")
     assert maps[0].query[0] == "<s>" and maps[0].key[-1] == "</s>"  # target over source
     assert maps[1].query[-1] == "</s>" and maps[1].key[0] == "<s>"  # source over target
-    plot(maps, per_head=False, title="t", output=tmp_path / "x.png")
+    plot_attention(maps, per_head=False, title="t", output=tmp_path / "x.png")
 
     first_skipped = configured_model("block.decoder.cross_attention.skip=[0]")
-    maps, _ = attention_maps(translator(first_skipped), "a dog reads", "cross")
+    maps, _ = attention_maps(*translator(first_skipped), "a dog reads", "cross")
     assert [m.layer for m in maps] == [1]
     with pytest.raises(ConfigError, match="site=cross: this model skips it in every decoder"):
         attention_maps(
-            translator(configured_model("block.decoder.cross_attention.skip=all")), "a", "cross"
+            *translator(configured_model("block.decoder.cross_attention.skip=all")), "a", "cross"
         )

@@ -12,14 +12,14 @@ from torch import Tensor, nn
 
 from bench.measure import Isolated, Measured, interleaved
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from seq2seq.model.transformer import Transformer
-from seq2seq.search import (
+from seq2seq.decoding.search import (
     DecoderState,
     Hypothesis,
     IncrementalDecoder,
     beam_search,
     greedy_search,
 )
+from seq2seq.model.transformer import Transformer
 
 Search = Callable[[Tensor], list[list[int]]]  # source batch -> token ids per sentence
 SearchFactory = Callable[[], Search]  # a search built for each timed pass (bench.measure.Isolated)

@@ -20,9 +20,8 @@ from torch import Tensor
 
 from bench.decoding import Search, SearchFactory
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.deployed import load_engine, suppressed
+from seq2seq.decoding.ctranslate2_backend import export_model, load_engine, suppressed
 from seq2seq.errors import CheckpointError
-from seq2seq.export import export_model
 from seq2seq.model.transformer import Transformer
 
 COMPUTE_TYPES = ("float32", "int8")  # int8: weights quantized when CTranslate2 loads them

@@ -18,7 +18,7 @@ from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.model.transformer import Transformer
-from seq2seq.module import TranslationModule
+from seq2seq.training.module import TranslationModule
 
 
 @dataclass

@@ -12,8 +12,8 @@ from bench.measure import Measured, interleaved
 from bench.models import System
 from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
-from seq2seq.optim import adamw
-from seq2seq.precision import BF16, auto_precision
+from seq2seq.training.optim import adamw
+from seq2seq.training.precision import BF16, auto_precision
 
 Precisions = dict[str, torch.dtype | None]  # name -> autocast dtype (None: off)
 

@@ -1,0 +1,1 @@
+"""The Transformer: its config schema, attention, attention sites, layers and training loss."""

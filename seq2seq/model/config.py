@@ -239,6 +239,31 @@ class ModelConfig:
             layer in layer_set(config.residual, count, f"{key}.residual"),
         )
 
+    def resolved(self) -> dict[str, Any]:
+        """What the model computes, layer by layer: each attention site as it runs there (heads
+        filled in, per-layer exceptions applied), each sublayer's switches, and the other
+        settings, names left out. Two configs with equal `resolved()` build the same model."""
+        counts = {"encoder": self.encoder_layers, "decoder": self.decoder_layers}
+        sites = {}
+        for site in SITES:
+            count = counts["encoder" if site == "encoder_self" else "decoder"]
+            layers = (self.attention.site(site, layer, count) for layer in range(count))
+            sites[site] = [replace(c, heads=c.heads or self.heads) for c in layers]
+        block = {
+            stack: {
+                f.name: [self.sublayer(stack, f.name, layer) for layer in range(count)]
+                for f in fields(getattr(self.block, stack))
+            }
+            for stack, count in counts.items()
+        }
+        settings = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("name", "attention", "block")
+        }
+        leak = self.attention.allow_future_leak
+        return {**settings, "allow_future_leak": leak, "sites": sites, "block": block}
+
     def check(self) -> None:
         for key in ("encoder_layers", "decoder_layers", "ffn_dim", "max_len"):
             value = getattr(self, key)

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.loss import label_smoothed_cross_entropy
 from seq2seq.model.config import ModelConfig, Norm, Positions, Stream
+from seq2seq.model.loss import label_smoothed_cross_entropy
 from seq2seq.model.sites import AttentionSite, SiteCache
 
 log = logging.getLogger(__name__)

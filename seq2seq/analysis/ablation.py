@@ -1,59 +1,65 @@
-"""Gather an ablation multirun into a table (Markdown and CSV) and a bar chart, with the
-variance over seeds and the significance of each variant against the standard wiring.
+"""An ablation sweep as a table (Markdown and CSV) and a bar chart, with the variance over seeds
+and the significance of each variant against a baseline: `python -m seq2seq.report sweep=...`.
 
-    python scripts/ablation_report.py multirun/<date>/<time> [--test-set test_2016_flickr]
-
-Without --test-set the report scores each run on the first of its config's data.test_sets.
 Runs are grouped by variant (`model.attention.name`), one run per seed. Per variant: the mean
 and standard deviation over seeds of test BLEU, chrF and the best validation BLEU, the updates,
-minutes and precision of its runs; against `standard`, on the hypotheses of the lowest seed the
-two share, the BLEU difference with its 95% confidence interval and sacreBLEU's paired
-bootstrap p-value (scripts/significance.py). `cross_heads_4` is the same model as `standard`:
-its hypotheses must equal standard's, which the report checks. `no_causal_mask` sees the
-future, so it is reported apart and not tested.
+minutes and precision of its runs; against the baseline, on the hypotheses of the lowest seed
+the two share, the BLEU difference with its 95% confidence interval and sacreBLEU's paired
+bootstrap p-value (seq2seq.analysis.significance).
+
+What a run is for comes from its resolved config.yaml, never from its name: a variant whose
+model computes what the baseline's does (`ModelConfig.resolved()`, e.g. cross_heads_4 where
+model.heads is 4) is a harness check, and its hypotheses must equal the baseline's seed by
+seed; a model trained with `model.attention.allow_future_leak` sees later target tokens, so it
+is reported apart and not tested.
 
 Each run directory must hold run_summary.json (written by seq2seq.train when a run finishes,
 after its test evaluation), config.yaml and the test hypotheses the summary names; a run
-without them stops the report with its name.
+without them stops the report with its name. Relative paths in a summary are read from the
+directory the run was started in (Hydra's `.hydra/hydra.yaml` records it), or else from the run
+directory.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
-from significance import SAMPLES, Comparison, paired_bootstrap  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
+from seq2seq.analysis.significance import SAMPLES, Comparison, paired_bootstrap  # noqa: E402
+from seq2seq.config import upgrade_config, validate_config  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
+from seq2seq.errors import DataError, Seq2SeqError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
+from seq2seq.model.config import ModelConfig  # noqa: E402
 
-BASELINE = "standard"
-SAME_AS_BASELINE = ("cross_heads_4",)  # the harness check: the same model and seed as standard
-APART = ("no_causal_mask",)  # sees later target tokens: a demonstration, not a variant
 SIGNIFICANCE = 0.05
-COLUMNS = [
-    "variant",
-    "wiring",
-    "seeds",
-    "updates",
-    "train min",
-    "precision",
-    "val BLEU",
-    "test BLEU",
-    "chrF",
-    f"Δ test BLEU vs {BASELINE} [95% CI]",
-    "p",
-]
+
+
+def columns(baseline: str) -> list[str]:
+    return [
+        "variant",
+        "wiring",
+        "seeds",
+        "updates",
+        "train min",
+        "precision",
+        "val BLEU",
+        "test BLEU",
+        "chrF",
+        f"Δ test BLEU vs {baseline} [95% CI]",
+        "p",
+    ]
 
 
 @dataclass
@@ -62,6 +68,8 @@ class Run:
     variant: str
     seed: int
     wiring: str
+    model: dict[str, Any]  # ModelConfig.resolved(): what the model computes
+    leaks: bool  # trained without the causal mask
     parameters: int
     steps: int | None
     minutes: float
@@ -112,11 +120,21 @@ def wiring(model: dict) -> str:
     return "; ".join(parts)
 
 
-def incomplete(run_dir: Path, what: str) -> SystemExit:
-    return SystemExit(
-        f"error: {run_dir} is incomplete: {what} (the run did not finish, or ran with "
-        "evaluate_after=false). Rerun it, or move it out of the multirun directory."
+def incomplete(run_dir: Path, what: str) -> DataError:
+    return DataError(
+        f"{run_dir} is incomplete: {what} (the run did not finish, or ran with "
+        "evaluate_after=false). Rerun it, or move it out of the sweep directory."
     )
+
+
+def started_in(run_dir: Path) -> Path:
+    """The directory a run was started in, which relative paths of its summary start from."""
+    hydra = run_dir / ".hydra" / "hydra.yaml"
+    if hydra.is_file():
+        cwd = (yaml.safe_load(hydra.read_text()) or {}).get("hydra", {}).get("runtime", {})
+        if cwd.get("cwd") and Path(cwd["cwd"]).is_dir():
+            return Path(cwd["cwd"])
+    return run_dir
 
 
 def read_run(run_dir: Path, test_set: str | None) -> Run:
@@ -125,22 +143,29 @@ def read_run(run_dir: Path, test_set: str | None) -> Run:
         if not path.is_file():
             raise incomplete(run_dir, f"{path.name} is missing")
     summary = json.loads(summary_path.read_text())
-    config = yaml.safe_load(config_path.read_text())
-    test_set = test_set or config["data"]["test_sets"][0]
+    saved = yaml.safe_load(config_path.read_text())
+    try:  # the model only: what the run computed, whatever its data and trainer were
+        model = validate_config(OmegaConf.create(upgrade_config(saved)["model"]), ModelConfig)
+    except Seq2SeqError as e:
+        raise DataError(f"{config_path}: {e}") from None
+    test_set = test_set or saved["data"]["test_sets"][0]
     test = summary.get("test", {}).get(test_set)
     if test is None:
-        raise SystemExit(
-            f"error: {summary_path} has no scores for test set '{test_set}'; it has "
-            f"{sorted(summary.get('test', {}))}. Pick one with --test-set."
+        raise DataError(
+            f"{summary_path} has no scores for test set '{test_set}'; it has "
+            f"{sorted(summary.get('test', {}))}. Pick one with test_set=..."
         )
-    hypotheses = Path(test["hypotheses"])
+    base = started_in(run_dir)
+    hypotheses = (base / test["hypotheses"]).resolve()
     if not hypotheses.is_file():
         raise incomplete(run_dir, f"its test hypotheses {hypotheses} are missing")
     return Run(
         directory=run_dir,
         variant=summary["variant"],
-        seed=summary.get("seed", config.get("seed")),
-        wiring=wiring(config["model"]),
+        seed=summary.get("seed", saved.get("seed")),
+        wiring=wiring(saved["model"]),
+        model=model.resolved(),
+        leaks=model.attention.allow_future_leak,
         parameters=summary["parameters"],
         steps=summary.get("steps"),
         minutes=summary["train_seconds"] / 60,
@@ -149,7 +174,7 @@ def read_run(run_dir: Path, test_set: str | None) -> Run:
         test_bleu=test["bleu"],
         chrf=test["chrf"],
         hypotheses=hypotheses,
-        references=Path(test["references"]),
+        references=(base / test["references"]).resolve(),
         signature=test["bleu_signature"],
         test_set=test_set,
     )
@@ -177,8 +202,8 @@ def group(runs: list[Run]) -> dict[str, list[Run]]:
         seeds = [run.seed for run in members]
         if len(set(seeds)) != len(seeds):
             directories = ", ".join(run.directory.name for run in members)
-            raise SystemExit(
-                f"error: variant {variant} has seed(s) {seeds} more than once ({directories}): "
+            raise DataError(
+                f"variant {variant} has seed(s) {seeds} more than once ({directories}): "
                 "report one sweep at a time"
             )
     return variants
@@ -197,9 +222,10 @@ def compare(variant: list[Run], baseline: list[Run], references: list[str]) -> C
 
 
 def row(
-    variant: str, runs: list[Run], tested: bool, comparison: Comparison | None
+    variant: str, runs: list[Run], baseline: str, tested: bool, comparison: Comparison | None
 ) -> dict[str, str]:
     vals = [run.val_bleu for run in runs if run.val_bleu is not None]
+    difference = columns(baseline)[-2]
     cells = {
         "variant": variant,
         "wiring": runs[0].wiring,
@@ -210,15 +236,15 @@ def row(
         "val BLEU": spread(vals) if vals else "-",
         "test BLEU": spread([run.test_bleu for run in runs]),
         "chrF": spread([run.chrf for run in runs]),
-        COLUMNS[-2]: "",
+        difference: "",
         "p": "",
     }
     if tested and comparison is None:
-        cells[COLUMNS[-2]] = f"no seed in common with {BASELINE}"
+        cells[difference] = f"no seed in common with {baseline}"
     if comparison is not None:
         low, high = comparison.difference_ci
         mark = " *" if comparison.p_value < SIGNIFICANCE else ""
-        cells[COLUMNS[-2]] = f"{comparison.difference:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
+        cells[difference] = f"{comparison.difference:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
         cells["p"] = f"{comparison.p_value:.3f}"
     return cells
 
@@ -226,34 +252,43 @@ def row(
 def references_of(runs: list[Run], override: Path | None) -> list[str]:
     paths = {override} if override else {run.references for run in runs}
     if len(paths) > 1:
-        raise SystemExit(f"error: the runs name different references {sorted(paths)}")
+        raise DataError(
+            f"the runs name different references {sorted(map(str, paths))}; give one with "
+            "references=..."
+        )
     [path] = paths
     if not path.is_file():
-        raise SystemExit(
-            f"error: references {path} not found (a path relative to where training ran); "
-            "give it with --references"
+        raise DataError(
+            f"references {path} not found (a path relative to where training ran); give it "
+            "with references=..."
         )
     return read_lines(path)
 
 
-def harness_checks(variants: dict[str, list[Run]]) -> list[str]:
-    """Variants that are standard's model: their hypotheses must be standard's, seed by seed."""
+def harness_checks(variants: dict[str, list[Run]], baseline: str) -> list[str]:
+    """Variants whose model computes what the baseline's does: their hypotheses must be the
+    baseline's, seed by seed."""
     lines = []
-    baseline = {run.seed: run for run in variants.get(BASELINE, [])}
-    for name in SAME_AS_BASELINE:
-        for run in variants.get(name, []):
-            if run.seed not in baseline:
+    reference = {run.seed: run for run in variants.get(baseline, [])}
+    if not reference:
+        return lines
+    model = next(iter(reference.values())).model
+    for name, members in variants.items():
+        if name == baseline:
+            continue
+        for run in members:
+            if run.model != model or run.seed not in reference:
                 continue
-            same = read_lines(run.hypotheses) == read_lines(baseline[run.seed].hypotheses)
+            same = read_lines(run.hypotheses) == read_lines(reference[run.seed].hypotheses)
             verdict = "equal, as they must be" if same else "DIFFERENT: the harness is broken"
             lines.append(
-                f"Harness check, seed {run.seed}: {name}'s hypotheses and {BASELINE}'s "
+                f"Harness check, seed {run.seed}: {name}'s hypotheses and {baseline}'s "
                 f"are {verdict}."
             )
     return lines
 
 
-def notes(runs: list[Run], variants: dict[str, list[Run]], compared: bool) -> list[str]:
+def notes(runs: list[Run], variants: dict[str, list[Run]], baseline: str) -> list[str]:
     seeds = max(len(members) for members in variants.values())
     text = [
         f"Test set: {runs[0].test_set}; BLEU signature: {runs[0].signature}; val BLEU: best "
@@ -262,16 +297,19 @@ def notes(runs: list[Run], variants: dict[str, list[Run]], compared: bool) -> li
     ]
     if seeds == 1:
         text.append("One seed per variant: no variance is available (no ± shown).")
-    if compared:
+    if baseline in variants:
         text.append(
-            f"Δ and p: against {BASELINE} on the hypotheses of the lowest seed both ran, "
+            f"Δ and p: against {baseline} on the hypotheses of the lowest seed both ran, "
             f"sacreBLEU's paired bootstrap resampling ({SAMPLES} resamples); the CI is the "
             "2.5-97.5 percentile range of the difference over the same resamples "
-            f"(scripts/significance.py). * marks p < {SIGNIFICANCE}; a difference without * "
-            "is not significant."
+            f"(seq2seq/analysis/significance.py). * marks p < {SIGNIFICANCE}; a difference "
+            "without * is not significant."
         )
     else:
-        text.append(f"No {BASELINE} run: no significance tests.")
+        text.append(
+            f"No {baseline} run (baseline={baseline}; variants here: {', '.join(variants)}): "
+            "no significance tests."
+        )
     return text
 
 
@@ -280,12 +318,15 @@ def write_report(
     apart: list[dict[str, str]],
     text: list[str],
     means: dict[str, tuple[float, float]],
+    baseline: str,
     output: Path,
     test_set: str,
 ) -> None:
+    header = columns(baseline)
+
     def markdown(rows: list[dict[str, str]]) -> str:
-        header = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
-        return header + "".join("| " + " | ".join(r[c] for c in COLUMNS) + " |\n" for r in rows)
+        lines = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+        return lines + "".join("| " + " | ".join(r[c] for c in header) + " |\n" for r in rows)
 
     body = markdown(table)
     if apart:
@@ -293,7 +334,7 @@ def write_report(
     with atomic_path(output / "ablation.md") as tmp:
         tmp.write_text(body + "\n" + "\n".join(text) + "\n")
     with atomic_path(output / "ablation.csv") as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=header)
         writer.writeheader()
         writer.writerows(table + apart)
     fig, axis = plt.subplots(figsize=(9, 4.5))
@@ -309,31 +350,38 @@ def write_report(
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("multirun", type=Path, help="a Hydra multirun directory")
-    parser.add_argument("--test-set", help="default: the first of each run's data.test_sets")
-    parser.add_argument("--references", type=Path, help="default: the path the runs recorded")
-    parser.add_argument("--output", type=Path, help="where to write (default: the multirun dir)")
-    args = parser.parse_args()
-    directories = sorted(p.parent for p in args.multirun.glob("*/.hydra"))
+def ablation_report(
+    sweep: Path,
+    baseline: str,
+    test_set: str | None = None,
+    references: Path | None = None,
+    output: Path | None = None,
+) -> Path:
+    """Write ablation.md, .csv and .png for the runs of `sweep` (into `output`, default the
+    sweep directory); return the Markdown file."""
+    directories = sorted(p.parent for p in sweep.glob("*/.hydra"))
     if not directories:
-        sys.exit(f"error: no run directories (*/.hydra) under {args.multirun}")
-    runs = [read_run(directory, args.test_set) for directory in directories]
+        raise DataError(
+            f"no run directories (*/.hydra) under {sweep}: name the directory of a sweep "
+            "(python -m seq2seq.train -m ... hydra.sweep.dir=<dir>)"
+        )
+    runs = [read_run(directory, test_set) for directory in directories]
     test_sets = {run.test_set for run in runs}
     if len(test_sets) > 1:
-        sys.exit(
-            f"error: the runs were tested on different sets {sorted(test_sets)}; "
-            "pick one with --test-set"
+        raise DataError(
+            f"the runs were tested on different sets {sorted(test_sets)}; pick one with "
+            "test_set=..."
         )
     variants = group(runs)
-    baseline = variants.get(BASELINE)
-    references = references_of(runs, args.references) if baseline else []
+    reference_runs = variants.get(baseline)
+    reference_lines = references_of(runs, references) if reference_runs else []
+    leaking = {name for name, members in variants.items() if any(r.leaks for r in members)}
     table, apart = [], []
     for name, members in variants.items():
-        tested = baseline is not None and name not in (BASELINE, *APART)
-        comparison = compare(members, baseline, references) if tested else None
-        (apart if name in APART else table).append(row(name, members, tested, comparison))
+        tested = reference_runs is not None and name != baseline and name not in leaking
+        comparison = compare(members, reference_runs, reference_lines) if tested else None
+        cells = row(name, members, baseline, tested, comparison)
+        (apart if name in leaking else table).append(cells)
     means = {
         name: (
             statistics.mean(run.test_bleu for run in members),
@@ -345,16 +393,12 @@ def main() -> None:
     table.sort(
         key=lambda cells: (
             -means[cells["variant"]][0],
-            cells["variant"] != BASELINE,
+            cells["variant"] != baseline,
             cells["variant"],
         )
     )
-    text = [*notes(runs, variants, baseline is not None), *harness_checks(variants)]
-    output = args.output or args.multirun
+    text = [*notes(runs, variants, baseline), *harness_checks(variants, baseline)]
+    output = output or sweep
     output.mkdir(parents=True, exist_ok=True)
-    write_report(table, apart, text, means, output, runs[0].test_set)
-    print((output / "ablation.md").read_text())
-
-
-if __name__ == "__main__":
-    main()
+    write_report(table, apart, text, means, baseline, output, runs[0].test_set)
+    return output / "ablation.md"

@@ -11,15 +11,15 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.checkpoint import upgrade_state_dict
 from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.checkpoint import upgrade_state_dict
+from seq2seq.decoding.search import greedy_search, max_output_len
 from seq2seq.errors import TrainingError
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
-from seq2seq.optim import adamw, inverse_sqrt
-from seq2seq.search import greedy_search, max_output_len
+from seq2seq.training.optim import adamw, inverse_sqrt
 
 log = logging.getLogger(__name__)
 

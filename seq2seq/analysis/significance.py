@@ -77,7 +77,7 @@ def paired_bootstrap(
         raise RuntimeError(
             "the resamples differ from sacreBLEU's (mean resampled BLEU "
             f"{system_scores.mean():.6f} against its {other.mean:.6f}): this sacreBLEU draws "
-            "them in another way; update scripts/significance.py"
+            "them in another way; update seq2seq/analysis/significance.py"
         )
     differences = system_scores - base_scores
     low, high = np.percentile(differences, [2.5, 97.5])

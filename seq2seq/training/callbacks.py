@@ -2,74 +2,17 @@
 
 from __future__ import annotations
 
-import csv
 import logging
-import math
 import signal
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pytorch_lightning as pl
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytorch_lightning as pl  # noqa: E402
-
-from seq2seq.errors import TrainingError  # noqa: E402
-from seq2seq.io import atomic_path  # noqa: E402
+from seq2seq.analysis.learning_curves import metrics_files, plot_learning_curve
+from seq2seq.errors import TrainingError
 
 log = logging.getLogger(__name__)
-
-
-def metrics_files(run_dir: Path) -> list[Path]:
-    """metrics.csv of a run and, oldest first, those set aside when it was resumed in place."""
-    earlier = sorted(run_dir.glob("metrics.*.csv"), key=lambda p: int(p.stem.split(".")[1]))
-    return [*earlier, run_dir / "metrics.csv"]
-
-
-def read_metrics(files: list[Path]) -> list[dict[str, str]]:
-    """Rows of consecutive metrics files; a later file (a resumed run) replaces the rows of
-    earlier ones from its first step on."""
-    rows: list[dict[str, str]] = []
-    for path in files:
-        if not path.is_file():
-            continue
-        with open(path, newline="") as f:
-            new = list(csv.DictReader(f))
-        if new:
-            first = min(int(row["step"]) for row in new)
-            rows = [row for row in rows if int(row["step"]) < first]
-        rows += new
-    return rows
-
-
-def plot_learning_curve(metrics_csvs: list[Path], output: Path) -> None:
-    """Train and validation loss by step, validation BLEU on a second axis."""
-    series: dict[str, list[tuple[int, float]]] = {"train/loss": [], "val/loss": [], "val/bleu": []}
-    for row in read_metrics(metrics_csvs):
-        for key, points in series.items():
-            if row.get(key) not in (None, ""):
-                points.append((int(row["step"]), float(row[key])))
-    fig, loss_axis = plt.subplots(figsize=(8, 4.5))
-    for key, style in (("train/loss", "-"), ("val/loss", "o-")):
-        if series[key]:
-            steps, values = zip(*series[key], strict=True)
-            loss_axis.plot(steps, values, style, label=key, alpha=0.8)
-    loss_axis.set_xlabel("step")
-    loss_axis.set_ylabel("label-smoothed cross-entropy per token")
-    bleu_axis = loss_axis.twinx()
-    if series["val/bleu"]:
-        steps, values = zip(*series["val/bleu"], strict=True)
-        bleu_axis.plot(steps, values, "s-", color="tab:green", label="val/bleu (greedy)")
-        bleu_axis.set_ylim(0, max(5.0, math.ceil(max(values) / 5) * 5))
-    bleu_axis.set_ylabel("validation BLEU")
-    handles = loss_axis.get_legend_handles_labels()
-    more = bleu_axis.get_legend_handles_labels()
-    loss_axis.legend(handles[0] + more[0], handles[1] + more[1], loc="center right")
-    fig.tight_layout()
-    with atomic_path(output) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
 
 
 class LearningCurve(pl.Callback):

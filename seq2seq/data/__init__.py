@@ -1,0 +1,1 @@
+"""Files -> tokenizer -> batches: reading corpora, SentencePiece, the encoded cache, batching."""

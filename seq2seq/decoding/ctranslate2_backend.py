@@ -1,0 +1,378 @@
+"""The CTranslate2 backend: the model directory `python -m seq2seq.export` writes, and
+translating with it (docs/deploy.md).
+
+Writing. Built through CTranslate2's Python spec API, one of our modules to one of its specs: the
+same weights, the same sinusoidal table (ours, passed explicitly: CTranslate2's built-in one
+differs) and the SentencePiece pieces as the vocabulary. Only what CTranslate2 computes exactly
+as we do is exported; any other wiring is refused with the setting named. The converted model
+appends the source EOS itself (`add_source_eos`), so a caller passes the SentencePiece pieces of
+a line, `sp.encode(line, out_type=str)`, at most `model.max_len - 1` of them, and decodes the
+output pieces with `sp.decode(pieces)`.
+
+Reading. `Translator.from_checkpoint(directory)`, `seq2seq.translate` and `seq2seq.evaluate` take
+such a directory wherever they take a checkpoint: the text handling is Translator's, the search
+CTranslate2's, set up to give our search's hypotheses and scores:
+
+- PAD and BOS suppressed, EOS allowed from the first step: CTranslate2 renormalises each step's
+  distribution over the tokens it may output, as our search does (seq2seq.decoding.search);
+- the length normalisation is the same (CTranslate2 counts EOS in the length, as we do);
+- the length limit is one per batch (the longest allowed in it, from `decoding.max_len_*`),
+  where ours is per sentence, and a hypothesis that reaches it ends there without EOS, where
+  ours ends with a forced EOS: only sentences that reach their limit can differ.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import DecodingConfig, RootConfig, load_config
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.backend import output_limits, source_batch
+from seq2seq.decoding.search import Hypothesis
+from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError, require
+from seq2seq.io import atomic_dir
+from seq2seq.model.attention import MultiHeadAttention
+from seq2seq.model.config import ModelConfig, Norm, Score, Stream
+from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+
+METADATA = "seq2seq_export.json"  # beside CTranslate2's files: where the model came from
+
+
+def import_ctranslate2(error: type[Seq2SeqError], what: str) -> ModuleType:
+    """The ctranslate2 package, an optional extra; without it, `error` says how to install it."""
+    try:
+        return importlib.import_module("ctranslate2")
+    except ImportError:
+        raise error(f"{what} needs the ctranslate2 package: pip install -e '.[deploy]'") from None
+
+
+# (query, key_value) of each site in the one wiring CTranslate2 has
+STANDARD_STREAMS = {
+    "encoder_self": (Stream.source, Stream.source),
+    "decoder_self": (Stream.target, Stream.target),
+    "cross": (Stream.target, Stream.source),
+}
+
+
+def check_exportable(config: ModelConfig) -> None:
+    """Raise a ConfigError naming the first setting that CTranslate2 cannot compute as we do."""
+    attention = config.attention
+    for site, streams in STANDARD_STREAMS.items():
+        wiring = getattr(attention, site)
+        key = f"model.attention.{site}"
+        require(
+            (wiring.query, wiring.key_value) == streams,
+            key,
+            f"query={wiring.query} key_value={wiring.key_value} cannot be exported: CTranslate2 "
+            f"has only the standard wiring (query={streams[0]} key_value={streams[1]})",
+        )
+        require(
+            wiring.score != Score.additive,
+            f"{key}.score",
+            "additive attention cannot be exported: CTranslate2 has dot-product scores only",
+        )
+        require(
+            wiring.heads in (None, config.heads),
+            f"{key}.heads",
+            f"{wiring.heads} heads cannot be exported: CTranslate2 has one head count for "
+            f"every attention (model.heads={config.heads})",
+        )
+    require(
+        not attention.allow_future_leak,
+        "model.attention.allow_future_leak",
+        "a decoder trained without the causal mask cannot be exported: CTranslate2's is causal",
+    )
+    require(
+        not attention.layers,
+        "model.attention.layers",
+        "per-layer wiring cannot be exported: CTranslate2 wires every layer alike",
+    )
+    for stack in ("encoder", "decoder"):
+        for name in (f.name for f in fields(getattr(config.block, stack))):
+            for layer in range(getattr(config, f"{stack}_layers")):
+                sublayer = config.sublayer(stack, name, layer)
+                require(
+                    sublayer.runs and sublayer.residual,
+                    f"model.block.{stack}.{name}",
+                    f"layer {layer}'s {name} is skipped or has no residual connection, which "
+                    "cannot be exported: every CTranslate2 layer runs each sublayer with its "
+                    "residual",
+                )
+
+
+def _array(weight: Tensor) -> np.ndarray:
+    """A float32 copy on the CPU: the model itself stays where and as it is (a float32 CPU
+    tensor's .numpy() shares its memory, which CTranslate2's quantization writes into)."""
+    return weight.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, *layers: nn.Linear) -> None:
+    """`layers` fused along the output dimension (one layer: copied as it is)."""
+    spec.weight = np.concatenate([_array(layer.weight) for layer in layers])
+    spec.bias = np.concatenate([_array(layer.bias) for layer in layers])
+
+
+def _layer_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma = _array(norm.weight)
+    spec.beta = _array(norm.bias)
+
+
+def _attention(spec, attention: MultiHeadAttention, norm: nn.LayerNorm, fused: bool) -> None:
+    """Self-attention (`fused`): linear[0] is Q, K, V in one; cross-attention: linear[0] is Q,
+    linear[1] K and V. Our key_value_projection already holds K then V, CTranslate2's order."""
+    _layer_norm(spec.layer_norm, norm)
+    if fused:
+        _linear(spec.linear[0], attention.query_projection, attention.key_value_projection)
+    else:
+        _linear(spec.linear[0], attention.query_projection)
+        _linear(spec.linear[1], attention.key_value_projection)
+    _linear(spec.linear[-1], attention.output_projection)
+    if attention.score == Score.dot:  # no 1/sqrt(d_k): CTranslate2's scale replaced by 1
+        spec.queries_scale = np.float32(1.0)
+
+
+def _feed_forward(spec, layer: EncoderLayer | DecoderLayer) -> None:
+    _layer_norm(spec.layer_norm, layer.feed_forward_block.norm)
+    _linear(spec.linear_0, layer.feed_forward.expand)
+    _linear(spec.linear_1, layer.feed_forward.contract)
+
+
+def _embeddings(stack, tokens, embedding: Embedding) -> None:
+    """The token table `tokens` of the encoder or decoder spec `stack`, scaled by sqrt(d_model)
+    as ours, and our position table (sinusoidal or learned) added from position 0."""
+    tokens.weight = _array(embedding.tokens.weight)
+    positions: Tensor = (
+        embedding.learned.weight if hasattr(embedding, "learned") else embedding.sinusoid
+    )
+    stack.position_encodings.encodings = _array(positions)
+    stack.scale_embeddings = True
+
+
+def _pieces(sp: spm.SentencePieceProcessor) -> list[str]:
+    return [sp.id_to_piece(i) for i in range(sp.vocab_size())]
+
+
+def transformer_spec(model: Transformer, tokenizer: Tokenizer):
+    """The `ctranslate2.specs.TransformerSpec` of our model, with its vocabularies and special
+    tokens. Raises ConfigError for a model CTranslate2 cannot compute exactly."""
+    specs = import_ctranslate2(ConfigError, "exporting to CTranslate2").specs
+    config = model.config
+    check_exportable(config)
+    pre_norm = config.norm == Norm.pre
+    spec = specs.TransformerSpec.from_config(
+        (config.encoder_layers, config.decoder_layers), config.heads, pre_norm=pre_norm
+    )
+    encoder, decoder = spec.encoder, spec.decoder
+    _embeddings(encoder, encoder.embeddings[0], model.src_embedding)
+    _embeddings(decoder, decoder.embeddings, model.tgt_embedding)
+    decoder.projection.weight = _array(model.output_projection.weight)
+    if pre_norm:
+        _layer_norm(encoder.layer_norm, model.encoder_norm)
+        _layer_norm(decoder.layer_norm, model.decoder_norm)
+    for layer_spec, layer in zip(encoder.layer, model.encoder_layers, strict=True):
+        norm = layer.attention_block.norm
+        _attention(layer_spec.self_attention, layer.self_attention.attention, norm, fused=True)
+        _feed_forward(layer_spec.ffn, layer)
+    for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
+        norm = layer.self_block.norm
+        _attention(layer_spec.self_attention, layer.self_attention.attention, norm, fused=True)
+        norm = layer.cross_block.norm
+        _attention(layer_spec.attention, layer.cross_attention.attention, norm, fused=False)
+        _feed_forward(layer_spec.ffn, layer)
+
+    spec.register_source_vocabulary(_pieces(tokenizer.src))
+    spec.register_target_vocabulary(_pieces(tokenizer.tgt))
+    pieces = _pieces(tokenizer.tgt)
+    spec.config.unk_token = pieces[tokenizer.unk_id]
+    spec.config.bos_token = pieces[tokenizer.bos_id]
+    spec.config.eos_token = pieces[tokenizer.eos_id]
+    spec.config.decoder_start_token = pieces[model.bos_id]  # our decoder starts from BOS
+    spec.config.add_source_eos = True  # our encoder input is the pieces + EOS
+    spec.config.layer_norm_epsilon = model.encoder_layers[0].attention_block.norm.eps
+    return spec
+
+
+def export_model(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    directory: Path,
+    quantization: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write `model` as a CTranslate2 model directory, weights stored as `quantization` (None:
+    float32; "int8", "int8_float32", "int16", "bfloat16", ...: CTranslate2's types), with the
+    SentencePiece models (src.model, tgt.model) and `metadata` as seq2seq_export.json. The
+    directory appears only complete (written beside it, then renamed); a non-empty one is
+    replaced only with `overwrite`."""
+    specs = import_ctranslate2(ConfigError, "exporting to CTranslate2").specs
+    accepted = specs.model_spec.ACCEPTED_MODEL_TYPES
+    require(
+        quantization is None or quantization in accepted,
+        "export.quantization",
+        f"{quantization!r} is not one of CTranslate2's types: none, {', '.join(accepted)}",
+    )
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"export.dir {directory} is a file: name a directory")
+    if directory.exists() and any(directory.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"export.dir {directory} already exists and is not empty: choose another "
+            "directory, or replace it with export.overwrite=true"
+        )
+    spec = transformer_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with atomic_dir(directory, replace=True) as tmp:
+        spec.save(str(tmp))
+        tokenizer.save(tmp)
+        record = {
+            "quantization": quantization or "float32",
+            "max_len": model.config.max_len,  # positions, source EOS included
+            **(metadata or {}),
+        }
+        (tmp / METADATA).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return directory
+
+
+# what seq2seq.export writes: CTranslate2's model and vocabulary, ours beside them
+FILES = ("model.bin", "config.json", "src.model", "tgt.model", METADATA)
+
+
+def read_metadata(directory: Path) -> dict[str, Any]:
+    """seq2seq_export.json of an export directory, checked for the files beside it."""
+    missing = [name for name in FILES if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{directory} is not a model exported by seq2seq.export (missing: "
+            f"{', '.join(missing)}): set ckpt_path to a .ckpt file, or to a directory written by "
+            "python -m seq2seq.export ckpt_path=<ckpt> export.dir=<dir>"
+        )
+    path = directory / METADATA
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f", line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise CheckpointError(
+            f"{path}{where}: not valid JSON ({e}); export the model again with "
+            "python -m seq2seq.export ... export.overwrite=true"
+        ) from None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("max_len"), int):
+        raise CheckpointError(
+            f"{path}: no 'max_len' (the model's positions); export the model again with "
+            "python -m seq2seq.export ... export.overwrite=true"
+        )
+    return metadata
+
+
+def training_config(directory: Path, metadata: dict[str, Any]) -> RootConfig | None:
+    """The training run's configuration, when the export recorded one."""
+    if "config" not in metadata:
+        return None
+    try:
+        return load_config(metadata["config"])
+    except Seq2SeqError as e:
+        raise CheckpointError(f"{directory / METADATA}, 'config': {e}") from None
+
+
+def suppressed(tokenizer: Tokenizer) -> list[list[str]]:
+    """PAD and BOS as CTranslate2's `suppress_sequences`: our search never outputs them."""
+    tgt = tokenizer.tgt
+    return [[tgt.id_to_piece(i)] for i in (tokenizer.pad_id, tokenizer.bos_id)]
+
+
+def load_engine(directory: Path, device: torch.device, compute_type: str = "default"):
+    """A ctranslate2.Translator on torch's intra-op threads, one worker; weights computed in
+    `compute_type` ("default": the type they were exported in)."""
+    ctranslate2 = import_ctranslate2(
+        CheckpointError, f"{directory} is a CTranslate2 model: translating with it"
+    )
+    try:
+        translator = ctranslate2.Translator(
+            str(directory),
+            device=device.type,
+            compute_type=compute_type,
+            inter_threads=1,
+            intra_threads=torch.get_num_threads(),
+        )
+    except (RuntimeError, ValueError) as e:
+        raise CheckpointError(
+            f"cannot load the CTranslate2 model in {directory}: {str(e).splitlines()[0]}. The "
+            "export is damaged or from another CTranslate2 version: export the checkpoint again "
+            "with python -m seq2seq.export ... export.overwrite=true"
+        ) from None
+    if device.type == "cuda":
+        check_cuda_libraries(translator, ctranslate2.__version__)
+    return translator
+
+
+def check_cuda_libraries(translator: Any, version: str) -> None:
+    """CTranslate2 loads cuBLAS at its first GPU search, not with the model: a one-token search
+    finds a missing library here rather than in the middle of a file."""
+    try:
+        translator.translate_batch([["<unk>"]], max_decoding_length=1)
+    except RuntimeError as e:
+        raise CheckpointError(
+            f"CTranslate2 {version} cannot translate on this GPU: {str(e).splitlines()[0]}. "
+            "Install the CUDA libraries its wheel was built for (CTranslate2 4.x: CUDA 12), "
+            "or translate on the CPU: CUDA_VISIBLE_DEVICES= python -m seq2seq.translate ..."
+        ) from None
+
+
+def load_tokenizer(directory: Path) -> Tokenizer:
+    try:
+        return Tokenizer.load(directory)
+    except (RuntimeError, AssertionError) as e:
+        raise CheckpointError(
+            f"cannot read the SentencePiece models src.model / tgt.model in {directory}: "
+            f"{str(e).splitlines()[0] if str(e) else 'unexpected special ids'}; export the "
+            "model again with python -m seq2seq.export ... export.overwrite=true"
+        ) from None
+
+
+class CTranslate2Backend:
+    """CTranslate2's search on a directory written by seq2seq.export (module docstring)."""
+
+    def __init__(self, directory: Path, device: str | torch.device = "cpu") -> None:
+        directory = Path(directory)
+        self.metadata = read_metadata(directory)
+        self.training_config = training_config(directory, self.metadata)
+        self.tokenizer = load_tokenizer(directory)
+        self.max_len = self.metadata["max_len"]
+        self.engine = load_engine(directory, torch.device(device))
+        self.name = f"ctranslate2 {self.metadata.get('quantization', '')}".strip()
+        self.never_output = suppressed(self.tokenizer)
+
+    def decode(self, ids: list[list[int]], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        src, tgt = self.tokenizer.src, self.tokenizer.tgt
+        # one limit for the batch: its longest source's (the limit grows with the length)
+        longest = source_batch([max(ids, key=len)])
+        limit = int(output_limits(longest, decoding, self.max_len)[0])
+        results = self.engine.translate_batch(
+            [[src.id_to_piece(i) for i in seq] for seq in ids],
+            beam_size=decoding.beam_size,
+            num_hypotheses=decoding.nbest,
+            length_penalty=decoding.length_penalty,
+            max_input_length=0,  # source_ids has truncated (or refused) long lines
+            max_decoding_length=limit + 1,  # EOS included
+            min_decoding_length=0,
+            suppress_sequences=self.never_output,
+            return_scores=True,
+        )
+        return [
+            [
+                Hypothesis([tgt.piece_to_id(piece) for piece in pieces], score)
+                for pieces, score in zip(result.hypotheses, result.scores, strict=True)
+            ]
+            for result in results
+        ]

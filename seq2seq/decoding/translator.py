@@ -1,0 +1,124 @@
+"""Translate text with a trained model: the Python API behind evaluate and translate.
+
+from seq2seq.decoding import Translator   # also: from seq2seq.translator import Translator
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from seq2seq.config import DecodingConfig, RootConfig, group_config
+from seq2seq.data.corpus import normalize
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.backend import Backend
+from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
+from seq2seq.decoding.torch_backend import TorchBackend
+from seq2seq.errors import DataError
+from seq2seq.model.transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Translation(NamedTuple):
+    text: str
+    score: float  # log-probability with EOS / (tokens + 1) ** length_penalty (decoding.search)
+
+
+def load_backend(path: Path, device: str | torch.device = "cpu") -> Backend:
+    """The backend of a checkpoint (.ckpt: ours) or of a directory written by seq2seq.export
+    (CTranslate2's)."""
+    path = Path(path)
+    if path.is_dir():
+        return CTranslate2Backend(path, device)
+    return TorchBackend.from_checkpoint(path, device)
+
+
+class Translator:
+    """Load once, translate many: `Translator.from_checkpoint(path).translate(lines)`.
+
+    The text handling (normalisation, SentencePiece, long inputs, empty lines, batches) is
+    here, the same for every backend; the backend turns source ids into target ids.
+    """
+
+    def __init__(
+        self,
+        model: Transformer | Backend,
+        tokenizer: Tokenizer,
+        decoding: DecodingConfig | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        """`model`: a Transformer (decoded by our search on `device`) or a loaded backend."""
+        if isinstance(model, Transformer):
+            model = TorchBackend(model, tokenizer, device)
+        self.backend: Backend = model
+        self.tokenizer = tokenizer
+        self.decoding = decoding or group_config("decoding/beam", DecodingConfig)
+        self.max_len = model.max_len  # positions, source EOS included
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, decoding: DecodingConfig | None = None, device: str = "cpu"
+    ) -> Translator:
+        """A checkpoint (.ckpt), or a directory written by seq2seq.export (CTranslate2)."""
+        backend = load_backend(Path(path), device)
+        return cls(backend, backend.tokenizer, decoding)
+
+    @property
+    def training_config(self) -> RootConfig | None:
+        """The configuration of the run that trained the model, when recorded."""
+        return self.backend.training_config
+
+    def translate(self, lines: list[str], where: str = "input", first_line: int = 1) -> list[str]:
+        """One output per input line, in order; an empty line gives an empty line.
+
+        A line longer than the model's positions is truncated with a warning, or raises
+        (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
+        """
+        return [best.text for best, *_ in self.translate_nbest(lines, where, first_line)]
+
+    def translate_nbest(
+        self, lines: list[str], where: str = "input", first_line: int = 1
+    ) -> list[list[Translation]]:
+        """`decoding.nbest` translations per input line, best first, with their scores; an
+        empty line gives as many empty translations, scored 0 (nothing is decoded)."""
+        ids = self.source_ids(lines, where, first_line)
+        empty = [Translation("", 0.0)] * self.decoding.nbest
+        outputs = [empty] * len(lines)
+        todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
+        size = self.decoding.batch_size
+        for start in range(0, len(todo), size):
+            chunk = todo[start : start + size]
+            decoded = self.backend.decode([ids[i] for i in chunk], self.decoding)
+            for i, hypotheses in zip(chunk, decoded, strict=True):
+                texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
+                outputs[i] = [
+                    Translation(t, h.score) for t, h in zip(texts, hypotheses, strict=True)
+                ]
+        return outputs
+
+    def source_ids(self, lines: list[str], where: str, first_line: int) -> list[list[int]]:
+        """SentencePiece ids of the normalised lines, each within the model's positions."""
+        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
+        limit = self.max_len - 1  # room for EOS
+        for number, seq in enumerate(ids, start=first_line):
+            if len(seq) <= limit:
+                continue
+            if self.decoding.long_inputs == "error":
+                raise DataError(
+                    f"{where}, line {number}: {len(seq)} source tokens, more than the model's "
+                    f"{limit} (model.max_len - 1); split the line, or set "
+                    "decoding.long_inputs=truncate"
+                )
+            log.warning(
+                "%s, line %d: %d source tokens, truncated to %d", where, number, len(seq), limit
+            )
+            del seq[limit:]
+        return ids
