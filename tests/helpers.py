@@ -7,6 +7,7 @@ import ...` (pytest puts tests/ on sys.path).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -14,9 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config import CONF_DIR, RootConfig, group_config, validate_config
+from seq2seq.config import CONF_DIR, RootConfig, config_to_dict, group_config, validate_config
 from seq2seq.data.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout
@@ -40,14 +42,14 @@ def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
 def compose_config(
     overrides: list[str] | None = None, config_name: str = "train", schema: type = RootConfig
 ):
-    """Compose a root config of seq2seq/conf/ as the entry points do, and check it against the schema."""
+    """Compose a root config of seq2seq/conf/ as the entry points do, checked against `schema`."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return validate_config(compose(config_name, overrides=overrides or []), schema)
 
 
 def config_of(option: str, schema: type, **fields: Any) -> Any:
-    """A group option of seq2seq/conf/ (e.g. "decoding/beam") with `fields` replaced: tests take their
-    defaults from the YAML files, as users do."""
+    """A group option of seq2seq/conf/ (e.g. "decoding/beam") with `fields` replaced: tests take
+    their defaults from the YAML files, as users do."""
     return replace(group_config(option, schema), **fields)
 
 
@@ -244,3 +246,63 @@ def assert_causal_and_cached(model, src, tgt, vocab: int) -> None:
             model(src, changed).log_softmax(-1)[:, : t + 1], full[:, : t + 1]
         )
         torch.testing.assert_close(incremental(model, src, changed)[:, : t + 1], full[:, : t + 1])
+
+
+# a fake ablation sweep (seq2seq.report's tests)
+REFERENCES, _ = toy_corpus(60)
+# the baseline's hypotheses: every third sentence loses its last word
+BASELINE_HYPOTHESES = [
+    " ".join(line.split()[:-1]) if i % 3 == 0 else line for i, line in enumerate(REFERENCES)
+]
+
+
+def fake_run(
+    directory: Path,
+    preset: str,
+    bleu: float,
+    seed: int = 1,
+    hypotheses: list[str] = BASELINE_HYPOTHESES,
+    overrides: tuple[str, ...] = (),
+) -> None:
+    """A finished run directory as seq2seq.train leaves it: its summary, its resolved config
+    (`+ablation=<preset>` on transformer_small, whose 4 heads make cross_heads_4 the standard
+    model) and the test hypotheses (the references are written once, beside the run
+    directories)."""
+    (directory / ".hydra").mkdir(parents=True)
+    config = compose_config([f"+ablation={preset}", f"seed={seed}", *overrides])
+    (directory / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
+    references = directory.parent / "references.de"
+    references.write_text("".join(line + "\n" for line in REFERENCES))
+    hypotheses_path = directory / "test.hyp"
+    hypotheses_path.write_text("".join(line + "\n" for line in hypotheses))
+    test = {
+        "bleu": bleu,
+        "chrf": bleu + 20,
+        "bleu_signature": "nrefs:1|case:mixed|tok:13a",
+        "hypotheses": str(hypotheses_path),
+        "references": str(references),
+    }
+    summary = {
+        "variant": config.model.attention.name,
+        "seed": seed,
+        "parameters": 1_500_000,
+        "precision": "bf16-mixed",
+        "train_seconds": 900.0,
+        "steps": 400 + seed,
+        "train_loss": 2.5,
+        "best_val_bleu": bleu - 1,
+        "test": {"test_2016_flickr": test},
+    }
+    (directory / "run_summary.json").write_text(json.dumps(summary))
+
+
+def report(*overrides: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "seq2seq.report", *overrides]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+
+
+def table_rows(markdown: Path) -> dict[str, list[str]]:
+    """The Markdown table's cells by variant."""
+    lines = markdown.read_text().splitlines()
+    cells = [[c.strip() for c in line[1:-1].split("|")] for line in lines if line.startswith("| ")]
+    return {row[0]: row for row in cells[1:] if row[0] != "variant"}

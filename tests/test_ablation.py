@@ -9,29 +9,25 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import (
     CONF_DIR,
-    ROOT,
+    REFERENCES,
     SPECIAL_IDS,
     compose_config,
-    config_of,
+    fake_run,
     few_pairs_overrides,
     random_batch,
-    toy_corpus,
+    report,
+    table_rows,
 )
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config import config_to_dict
-from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
 
 
-@pytest.mark.parametrize(
-    "variant", sorted(p.stem for p in (CONF_DIR / "ablation").glob("*.yaml"))
-)
+@pytest.mark.parametrize("variant", sorted(p.stem for p in (CONF_DIR / "ablation").glob("*.yaml")))
 def test_every_ablation_preset_composes_and_builds(variant: str) -> None:
     config = compose_config([f"+ablation={variant}", "model=transformer_tiny"])
     assert config.model.attention.name == variant
@@ -58,78 +54,12 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
     assert len(attention_presets) == 10 and len(block_presets) == 7
 
 
-REFERENCES, _ = toy_corpus(60)
-# the baseline's hypotheses: every third sentence loses its last word
-BASELINE_HYPOTHESES = [
-    " ".join(line.split()[:-1]) if i % 3 == 0 else line for i, line in enumerate(REFERENCES)
-]
-STANDARD = {"query": "target", "key_value": "source"}
-SWAPPED = {"query": "source", "key_value": "target"}
-
-
-def fake_run(
-    directory: Path,
-    variant: str,
-    bleu: float,
-    cross: dict,
-    seed: int = 1,
-    hypotheses: list[str] = BASELINE_HYPOTHESES,
-) -> None:
-    """A finished run directory as seq2seq.train leaves it: its summary, config and the test
-    hypotheses (the references are written once, beside the run directories)."""
-    (directory / ".hydra").mkdir(parents=True)
-    standard = config_of("model/transformer_tiny", ModelConfig).attention
-    attention = {**config_to_dict(standard), "name": variant}
-    attention["cross"].update(cross)
-    config = {
-        "seed": seed,
-        "model": {"attention": attention},
-        "data": {"test_sets": ["test_2016_flickr"]},
-    }
-    (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    references = directory.parent / "references.de"
-    references.write_text("".join(line + "\n" for line in REFERENCES))
-    hypotheses_path = directory / "test.hyp"
-    hypotheses_path.write_text("".join(line + "\n" for line in hypotheses))
-    test = {
-        "bleu": bleu,
-        "chrf": bleu + 20,
-        "bleu_signature": "nrefs:1|case:mixed|tok:13a",
-        "hypotheses": str(hypotheses_path),
-        "references": str(references),
-    }
-    summary = {
-        "variant": variant,
-        "seed": seed,
-        "parameters": 1_500_000,
-        "precision": "bf16-mixed",
-        "train_seconds": 900.0,
-        "steps": 400 + seed,
-        "train_loss": 2.5,
-        "best_val_bleu": bleu - 1,
-        "test": {"test_2016_flickr": test},
-    }
-    (directory / "run_summary.json").write_text(json.dumps(summary))
-
-
-def report(sweep: Path, *options: str) -> subprocess.CompletedProcess:
-    script = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
-    return subprocess.run([*script, *options], capture_output=True, text=True)
-
-
-def table_rows(sweep: Path) -> dict[str, list[str]]:
-    """The Markdown table's cells by variant."""
-    lines = (sweep / "ablation.md").read_text().splitlines()
-    cells = [[c.strip() for c in line[1:-1].split("|")] for line in lines if line.startswith("| ")]
-    return {row[0]: row for row in cells[1:] if row[0] != "variant"}
-
-
 def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Path) -> None:
-    fake_run(tmp_path / "0_standard_seed1", "standard", 30.5, STANDARD)
-    fake_run(tmp_path / "1_swapped_seed1", "swapped_cross", 12.25, SWAPPED, hypotheses=REFERENCES)
-    result = report(tmp_path)
+    fake_run(tmp_path / "0_standard_seed1", "standard", 30.5)
+    fake_run(tmp_path / "1_swapped_seed1", "swapped_cross", 12.25, hypotheses=REFERENCES)
+    result = report(f"sweep={tmp_path}")
     assert result.returncode == 0, result.stderr
-    rows = table_rows(tmp_path)
+    rows = table_rows(tmp_path / "ablation.md")
     assert list(rows) == ["standard", "swapped_cross"]  # by test BLEU
     assert rows["standard"][1].startswith("enc s/s, dec t/t, cross t/s; scaled_dot")
     assert rows["standard"][2:] == [
@@ -149,36 +79,37 @@ def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Pa
     assert (tmp_path / "ablation.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "ablation.csv").read_text().splitlines()) == 3
 
-    result = report(tmp_path, "--test-set", "test_2017")
-    assert result.returncode != 0
+    result = report(f"sweep={tmp_path}", "test_set=test_2017")
+    assert result.returncode == 1
     assert "has no scores for test set 'test_2017'; it has ['test_2016_flickr']" in result.stderr
 
     (tmp_path / "1_swapped_seed1" / "test.hyp").unlink()
-    result = report(tmp_path)
-    assert result.returncode != 0 and "1_swapped_seed1 is incomplete: its test hypotheses" in (
+    result = report(f"sweep={tmp_path}")
+    assert result.returncode == 1 and "1_swapped_seed1 is incomplete: its test hypotheses" in (
         result.stderr
     )
     (tmp_path / "1_swapped_seed1" / "test.hyp").write_text("".join(f"{r}\n" for r in REFERENCES))
     (tmp_path / "2_broken" / ".hydra").mkdir(parents=True)
-    result = report(tmp_path)
-    assert result.returncode != 0
+    result = report(f"sweep={tmp_path}")
+    assert result.returncode == 1
     assert "2_broken is incomplete: run_summary.json is missing" in result.stderr
 
 
 def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path: Path) -> None:
     """Three seeds of each variant. A variant whose hypotheses are the baseline's gets p = 1
     and a difference interval around 0; one whose hypotheses are the references is
-    significantly better; cross_heads_4 is checked to equal standard; no_causal_mask is apart."""
+    significantly better; cross_heads_4 (the standard model when model.heads is 4) is checked
+    to equal standard; no_causal_mask is apart."""
     for seed, bleu in ((1, 30.0), (2, 31.0), (3, 32.0)):
-        fake_run(tmp_path / f"{seed}_standard", "standard", bleu, STANDARD, seed)
-        fake_run(tmp_path / f"{seed}_same", "cross_heads_4", bleu, STANDARD, seed)
-        fake_run(tmp_path / f"{seed}_perfect", "dot", bleu + 5, STANDARD, seed, REFERENCES)
-        fake_run(tmp_path / f"{seed}_leak", "no_causal_mask", 90.0, STANDARD, seed, REFERENCES)
-    fake_run(tmp_path / "4_other", "cross_heads_1", 20.0, STANDARD, 1, REFERENCES[::-1])
-    fake_run(tmp_path / "4_unpaired", "additive", 10.0, STANDARD, 7)
-    result = report(tmp_path)
+        fake_run(tmp_path / f"{seed}_standard", "standard", bleu, seed)
+        fake_run(tmp_path / f"{seed}_same", "cross_heads_4", bleu, seed)
+        fake_run(tmp_path / f"{seed}_perfect", "dot", bleu + 5, seed, REFERENCES)
+        fake_run(tmp_path / f"{seed}_leak", "no_causal_mask", 90.0, seed, REFERENCES)
+    fake_run(tmp_path / "4_other", "cross_heads_1", 20.0, 1, REFERENCES[::-1])
+    fake_run(tmp_path / "4_unpaired", "additive", 10.0, 7)
+    result = report(f"sweep={tmp_path}")
     assert result.returncode == 0, result.stderr
-    rows = table_rows(tmp_path)
+    rows = table_rows(tmp_path / "ablation.md")
     assert list(rows) == [
         "dot",
         "standard",
@@ -214,13 +145,13 @@ def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path
     assert "no variance" not in text
 
     (tmp_path / "2_same" / "test.hyp").write_text("".join(line + "\n" for line in REFERENCES))
-    assert report(tmp_path).returncode == 0
+    assert report(f"sweep={tmp_path}").returncode == 0
     text = (tmp_path / "ablation.md").read_text()
     assert "seed 2: cross_heads_4's hypotheses and standard's are DIFFERENT" in text
 
-    fake_run(tmp_path / "5_again", "dot", 1.0, STANDARD, 2)
-    result = report(tmp_path)
-    assert result.returncode != 0 and "variant dot has seed(s) [1, 2, 2, 3] more than once" in (
+    fake_run(tmp_path / "5_again", "dot", 1.0, 2)
+    result = report(f"sweep={tmp_path}")
+    assert result.returncode == 1 and "variant dot has seed(s) [1, 2, 2, 3] more than once" in (
         result.stderr
     )
 
@@ -245,8 +176,7 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
     assert runs == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
     summary = json.loads((sweep / runs[0] / "run_summary.json").read_text())
     assert summary["seed"] == 1234 and summary["variant"] == "standard"
-    report = [sys.executable, str(ROOT / "scripts" / "ablation_report.py"), str(sweep)]
-    result = subprocess.run(report, capture_output=True, text=True)
+    result = report(f"sweep={sweep}")
     assert result.returncode == 0, result.stderr
     table = (sweep / "ablation.md").read_text()
     rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
