@@ -237,7 +237,7 @@ class RootConfig:
         require(
             self.logger is None or "_target_" in self.logger,
             "logger",
-            "names no _target_ (a Lightning logger class); pick an option of conf/logger/, "
+            "names no _target_ (a Lightning logger class); pick an option of seq2seq/conf/logger/, "
             "e.g. logger=tensorboard or logger=none",
         )
         require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
@@ -414,7 +414,7 @@ def validate_config(cfg: DictConfig, schema: type = RootConfig) -> Any:
         if "issing mandatory value" in message:
             hint = f"; set it on the command line, e.g. {key}=..."
         elif "not in" in message:
-            hint = "; check its spelling against the files in conf/"
+            hint = "; check its spelling against the files in seq2seq/conf/"
         raise ConfigError(f"config key '{key}': {message}{hint}") from None
     config.check()
     return config

@@ -49,7 +49,7 @@ log = logging.getLogger("seq2seq.train")
 
 MANAGED_TRAINER_KEYS = {  # and what to do instead
     "callbacks": "remove it",
-    "logger": "choose one with logger=tensorboard|wandb|mlflow|none (conf/logger/) instead",
+    "logger": "choose one with logger=tensorboard|wandb|mlflow|none (seq2seq/conf/logger/) instead",
     "default_root_dir": "remove it",
     "enable_checkpointing": "remove it",
     "plugins": "remove it",

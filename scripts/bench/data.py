@@ -4,23 +4,20 @@ from our data module, so that neither system gets easier batches than the other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
 from torch import Tensor
 
-from seq2seq.config import RootConfig, validate_config
+from seq2seq.config import CONF_DIR, RootConfig, validate_config
 from seq2seq.data.batching import Batch, TokenBudgetBatchSampler, collate
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import Tokenizer
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
 
 def load_config(overrides: list[str]) -> RootConfig:
     """The training config with these overrides, as `python -m seq2seq.train` composes it."""
-    with initialize_config_dir(str(CONF), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return validate_config(compose("train", overrides))
 
 
