@@ -39,8 +39,23 @@ class PathsConfig:
 
 @dataclass
 class SplitFiles:
-    src: str
-    tgt: str
+    """Two files, line i of `src` translating line i of `tgt`, or one tab-separated bitext
+    `tsv` (source<TAB>target per line). None: not this form (also for splits added with +)."""
+
+    src: str | None = None
+    tgt: str | None = None
+    tsv: str | None = None
+
+    def check(self, name: str) -> None:
+        two_files = self.src is not None and self.tgt is not None
+        require(
+            two_files != (self.tsv is not None) and (self.src is None) == (self.tgt is None),
+            f"data.splits.{name}",
+            f"name either two files (data.splits.{name}.src=train.en "
+            f"data.splits.{name}.tgt=train.de) or one tab-separated file "
+            f"(data.splits.{name}.tsv=train.tsv), not both; got src={self.src} tgt={self.tgt} "
+            f"tsv={self.tsv}",
+        )
 
 
 @dataclass
@@ -78,6 +93,7 @@ class DataConfig:
     download: DownloadConfig | None
     verify_checksums: bool
     filter: FilterConfig
+    min_train_pairs: int  # fewer training pairs left by the filters stop prepare
     max_tokens: int
     num_workers: int
     encode_processes: int  # processes that encode a corpus; 0: one per CPU core
@@ -111,7 +127,14 @@ class DataConfig:
                 "data.test_sets",
                 f"'{name}' is not one of data.splits ({', '.join(self.splits) or 'none'})",
             )
+        for name, files in self.splits.items():
+            files.check(name)
         self.filter.check()
+        require(
+            self.min_train_pairs >= 1,
+            "data.min_train_pairs",
+            f"must be >= 1, got {self.min_train_pairs}",
+        )
         require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
         require(
             self.max_tokens >= self.filter.max_len + 1,
@@ -443,7 +466,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     upgraded = {"logger": dict(TENSORBOARD), **saved}
     upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
-    upgraded["data"] = {"encode_processes": 0, **saved["data"]}
+    upgraded["data"] = {"encode_processes": 0, "min_train_pairs": 1, **saved["data"]}
     model = saved["model"]
     upgraded["model"] = {
         "block": copy.deepcopy(EVERY_SUBLAYER),

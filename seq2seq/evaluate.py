@@ -60,7 +60,7 @@ def evaluation_files(data: DataConfig) -> dict[str, SplitPaths]:
     missing = [
         path
         for split in (split_paths(data, name) for name in data.test_sets)
-        for path in (split.src, split.tgt)
+        for path in split.files
         if not path.exists()
     ]
     if missing:
@@ -110,12 +110,17 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
         hyp_path = output_path(ckpt_path, f"{name}.{tag}.hyp")
         with atomic_path(hyp_path) as tmp:
             tmp.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        references_path = split.tgt
+        if split.tsv:  # the target column, for whoever reads the scores (seq2seq.report)
+            references_path = output_path(ckpt_path, f"{name}.ref")
+            with atomic_path(references_path) as tmp:
+                tmp.write_text("".join(r + "\n" for r in references), encoding="utf-8")
         results["test_sets"][name] = {
             **corpus_scores(hypotheses, references),
             "sentences": len(sources),
             "decoding_seconds": round(seconds, 2),
             "hypotheses": str(hyp_path),
-            "references": str(split.tgt),
+            "references": str(references_path),
         }
     sets = "+".join(files)  # one file per evaluated set list: nothing clobbered
     scores_path = output_path(ckpt_path, f"{sets}.{tag}.scores.json")

@@ -114,7 +114,13 @@ def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -
         (["tokenizer.input_sentence_size=-1"], "tokenizer.input_sentence_size", "must be >= 0"),
         (["tokenizer.num_threads=0"], "tokenizer.num_threads", "must be >= 1"),
         (["data.encode_processes=-2"], "data.encode_processes", "must be >= 0"),
-        (["data=parallel_files"], "data.splits.train.src", "issing mandatory value"),
+        (["data=parallel_files"], "data.splits.train", "name either two files"),
+        (
+            ["data=parallel_files", "data.splits.train.src=a", "data.splits.train.tsv=b"],
+            "data.splits.train",
+            "not both; got src=a tgt=None tsv=b",
+        ),
+        (["data.min_train_pairs=0"], "data.min_train_pairs", "must be >= 1"),
         (
             ["model.attention.cross.query=sauce"],
             "model.attention.cross.query",

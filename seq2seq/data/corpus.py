@@ -1,12 +1,21 @@
-"""Parallel text files: locate (and download), read, check alignment and encoding, normalise."""
+"""Parallel text files: locate (and download), read, check alignment and encoding, normalise.
+
+A split is two files (line i of `src` translates line i of `tgt`) or one tab-separated bitext
+(`source<TAB>target` per line, as OPUS and Tatoeba ship them), plain or gzipped, UTF-8. Lines
+end with `\n`, `\r\n` or `\r` alone, in any mixture (universal newlines), and are numbered as
+an editor numbers them; nothing else breaks a line (str.splitlines would also split on U+2028
+and others, and silently misalign a parallel corpus). A UTF-8 byte-order mark is dropped.
+"""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import itertools
 import logging
+import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +25,9 @@ from seq2seq.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# Bumped whenever `normalize` changes, so that caches built on the old text are not reused.
-NORMALIZATION_VERSION = "nfkc-ws-1"
+# Bumped whenever reading lines or `normalize` changes, so that caches built on the old text are
+# not reused (2: universal newlines).
+NORMALIZATION_VERSION = "nfkc-ws-2"
 
 
 def normalize(line: str) -> str:
@@ -32,19 +42,29 @@ def normalize(line: str) -> str:
 class SplitPaths:
     name: str
     src: Path
-    tgt: Path
+    tgt: Path  # the same file as `src` for a tab-separated bitext
+    tsv: bool = False
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.src,) if self.tsv else (self.src, self.tgt)
+
+    def __str__(self) -> str:
+        return str(self.src) if self.tsv else f"{self.src} and {self.tgt}"
 
 
 def split_paths(data: DataConfig, name: str) -> SplitPaths:
     files = data.splits[name]
     root = Path(data.dir)
+    if files.tsv is not None:
+        return SplitPaths(name, root / files.tsv, root / files.tsv, tsv=True)
     return SplitPaths(name, root / files.src, root / files.tgt)
 
 
 def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
     """Return the files of the named splits, downloading missing ones where the dataset allows."""
     splits = [split_paths(data, name) for name in names]
-    files = list(dict.fromkeys(p for s in splits for p in (s.src, s.tgt)))
+    files = list(dict.fromkeys(p for s in splits for p in s.files))
     missing = [p for p in files if not p.exists()]
     if missing and data.download is not None:
         fetch_missing(missing, data.download.url, data.download.sha256, "paths.data_dir")
@@ -66,27 +86,75 @@ def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
     return splits
 
 
+LINE_END = re.compile(rb"\r\n|\r|\n")
+CHUNK_BYTES = 1 << 20
+# byte-order marks of encodings that are not UTF-8, longest first (UTF-32's starts as UTF-16's)
+FOREIGN_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a byte stream without their ends: `\\n`, `\\r\\n` and `\\r` each end
+    one, also across chunk boundaries; a last line without an end is a line too."""
+    rest = b""
+    for chunk in chunks:
+        data = rest + chunk
+        cut = len(data) - data.endswith(b"\r")  # a final \r may be the first half of \r\n
+        *lines, rest = LINE_END.split(data[:cut])
+        rest += data[cut:]
+        yield from lines
+    if rest:
+        yield rest.removesuffix(b"\r")
+
+
+def check_encoding(path: Path, head: bytes) -> None:
+    """UTF-16 and UTF-32 files (by their byte-order mark) are named, with the conversion."""
+    for bom, encoding in FOREIGN_BOMS:
+        if head.startswith(bom):
+            raise DataError(
+                f"{path} is {encoding} text (it starts with a {encoding} byte-order mark); "
+                f"convert it to UTF-8, e.g. iconv -f {encoding} -t UTF-8 {path.name} > "
+                f"{path.stem}.utf8{path.suffix}"
+            )
+
+
+def decode_line(path: Path, number: int, line: bytes) -> str:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{path}, line {number}: not valid UTF-8 (byte {e.object[e.start]:#04x} "
+            f"at column {e.start + 1}). Convert the file to UTF-8, e.g. "
+            f"iconv -f latin1 -t utf-8 {path.name}"
+        ) from None
+    if "\0" in text:
+        raise DataError(
+            f"{path}, line {number}: a NUL byte at column {text.index(chr(0)) + 1}: not a text "
+            "file, or UTF-16 without a byte-order mark; convert it to UTF-8 text, e.g. iconv "
+            f"-f UTF-16LE -t UTF-8 {path.name}"
+        )
+    return text
+
+
 def iter_lines(path: Path) -> Iterator[str]:
     """Yield one sentence per line, exactly as stored (no normalisation), plain or gzip,
-    without holding the file in memory.
-
-    Splits on '\\n' only: str.splitlines would also split on characters such as U+2028
-    and silently misalign a parallel corpus.
-    """
+    without holding the file in memory (line ends and byte-order marks: module docstring)."""
     content = False
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            for number, line in enumerate(f, start=1):
-                try:
-                    text = line.removesuffix(b"\n").decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{path}, line {number}: not valid UTF-8 (byte {e.object[e.start]:#04x} "
-                        f"at column {e.start + 1}). Convert the file to UTF-8, e.g. "
-                        f"iconv -f latin1 -t utf-8 {path.name}"
-                    ) from None
+            head = f.read(CHUNK_BYTES)
+            check_encoding(path, head)
+            chunks = itertools.chain(
+                [head.removeprefix(codecs.BOM_UTF8)], iter(lambda: f.read(CHUNK_BYTES), b"")
+            )
+            for number, line in enumerate(split_lines(chunks), start=1):
+                text = decode_line(path, number, line)
                 content = content or bool(text.strip())
-                yield text.removesuffix("\r")
+                yield text
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     if not content:
@@ -98,8 +166,25 @@ def read_lines(path: Path) -> list[str]:
     return list(iter_lines(path))
 
 
+def iter_bitext(path: Path, name: str) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a tab-separated bitext: exactly one tab per line."""
+    for number, line in enumerate(iter_lines(path), start=1):
+        tabs = line.count("\t")
+        if tabs != 1:
+            raise DataError(
+                f"{path}, line {number}: {tabs} tabs, where a tab-separated bitext has exactly "
+                "one (source<TAB>target); remove tabs inside sentences, or give two files "
+                f"with data.splits.{name}.src=... data.splits.{name}.tgt=..."
+            )
+        source, target = line.split("\t")
+        yield source, target
+
+
 def iter_parallel(split: SplitPaths) -> Iterator[tuple[str, str]]:
     """Yield the split's (source, target) line pairs; unequal line counts are an error."""
+    if split.tsv:
+        yield from iter_bitext(split.src, split.name)
+        return
     sources, targets = iter_lines(split.src), iter_lines(split.tgt)
     for pairs, pair in enumerate(itertools.zip_longest(sources, targets)):
         if None in pair:

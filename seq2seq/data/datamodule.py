@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -11,18 +10,17 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
-from seq2seq.config import RootConfig
+from seq2seq.config import DataConfig, RootConfig
 from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
 from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,
     ensure_available,
-    iter_lines,
     iter_parallel,
     normalize,
     read_parallel,
 )
-from seq2seq.data.dataset import EncodedSplit, load_or_encode
+from seq2seq.data.dataset import EncodedSplit, FilterCounts, load_or_encode
 from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
@@ -58,6 +56,41 @@ def writable_dir(path: Path, key: str) -> Path:
     return path
 
 
+SIDES = ("src", "tgt")
+
+
+def check_training_text(train: SplitPaths, max_len: int) -> None:
+    """Stop before tokenizer training when no training pair has text on both sides: the
+    counts, and what usually causes it."""
+    total = empty = 0
+    for source, target in iter_parallel(train):
+        total += 1
+        empty += not (source.strip() and target.strip())
+    if empty == total:
+        raise DataError(
+            f"split '{train.name}' ({train}): none of its {total} pairs has text on both sides "
+            f"({empty} empty on one side or both); nothing to train the tokenizer or the model "
+            "on. Check that the files are the ones meant (data.splits.<split>.src / .tgt / .tsv)"
+        )
+
+
+def check_kept(split: SplitPaths, counts: FilterCounts, data: DataConfig, training: bool) -> None:
+    """Stop when the filters leave fewer training pairs than data.min_train_pairs, or an
+    evaluation split has no pair at all, with the counts per filter and the settings."""
+    needed = data.min_train_pairs if training else 1
+    if counts.kept >= needed:
+        return
+    limits = data.filter
+    raise DataError(
+        f"split '{split.name}' ({split}): {counts.kept} of {counts.total} pairs kept, fewer than "
+        f"{needed}{' (data.min_train_pairs)' if training else ''}: {counts.empty} empty on one "
+        f"side, {counts.too_long} longer than data.filter.max_len={limits.max_len} subword "
+        f"tokens, {counts.bad_ratio} with a length ratio above data.filter.max_ratio="
+        f"{limits.max_ratio:g}. Raise those limits, lower data.min_train_pairs, or check the "
+        "files (one sentence per line)"
+    )
+
+
 def prepare(config: RootConfig) -> PreparedData:
     """Make the data ready: fetch files, train or load the tokenizer, encode or load splits.
 
@@ -67,24 +100,28 @@ def prepare(config: RootConfig) -> PreparedData:
     cache_dir = writable_dir(Path(config.paths.cache_dir), "paths.cache_dir")
     names = list(dict.fromkeys([data.train_split, data.val_split, *data.test_sets]))
     files = {s.name: s for s in ensure_available(data, names)}
-    digest = {p: sha256_file(p) for s in files.values() for p in (s.src, s.tgt)}
+    digest = {p: sha256_file(p) for s in files.values() for p in s.files}
 
     def inputs(split: SplitPaths) -> dict[str, str]:
         return {
             "src": digest[split.src],
             "tgt": digest[split.tgt],
             "normalization": NORMALIZATION_VERSION,
+            **({"format": "tsv"} if split.tsv else {}),
         }
 
     built = []
     train = files[data.train_split]
 
     def training_text(sides: tuple[str, ...]) -> list[str]:
-        lines = itertools.chain.from_iterable(iter_lines(getattr(train, side)) for side in sides)
+        lines = (pair[SIDES.index(side)] for side in sides for pair in iter_parallel(train))
         cfg = config.tokenizer
         return [normalize(x) for x in sample_sentences(lines, cfg.input_sentence_size, cfg.seed)]
 
-    tokenizer, trained = load_or_train(cache_dir, config.tokenizer, inputs(train), training_text)
+    check_training_text(train, data.filter.max_len)
+    tokenizer, trained = load_or_train(
+        cache_dir, config.tokenizer, inputs(train), training_text, str(train)
+    )
     if trained:
         built.append("tokenizer")
     processes = data.encode_processes or usable_cpus()
@@ -102,6 +139,7 @@ def prepare(config: RootConfig) -> PreparedData:
         )
         if encoded:
             built.append(name)
+        check_kept(split, splits[name].counts, data, name == data.train_split)
         counts = splits[name].counts
         log.info(
             "%s: %d pairs kept of %d (filtered: %d empty, %d longer than %d tokens, "
@@ -147,7 +185,7 @@ class TranslationDataModule(pl.LightningDataModule):
             if split.max_len is not None or not len(too_long):
                 continue
             files, first = self.prepared.files[name], int(too_long[0])
-            where = f"{files.src} and {files.tgt}, line {int(split.line[first]) + 1}"
+            where = f"{files}, line {int(split.line[first]) + 1}"
             tokens = max(int(split.src_lens[first]), int(split.tgt_lens[first]))
             if self.config.decoding.long_inputs == "error":
                 raise DataError(

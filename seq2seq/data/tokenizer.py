@@ -16,10 +16,14 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.errors import ConfigError
+from seq2seq.errors import DataError
 from seq2seq.io import atomic_dir
 
 log = logging.getLogger(__name__)
+
+# SentencePiece's max_sentence_length (left at its default, which the saved model records):
+# longer lines are left out of its training
+MAX_SENTENCE_BYTES = 4192
 
 # The one place that fixes the special ids; the model and decoders read them from here.
 PAD_ID = 0
@@ -104,20 +108,29 @@ def sample_sentences(sentences: Iterable[str], size: int, seed: int) -> list[str
     return sample
 
 
-def train_sentencepiece(lines: Iterable[str], cfg: TokenizerConfig) -> bytes:
-    """Train on already-normalised lines; identity rule so that decode(encode(x)) == x."""
+def train_sentencepiece(
+    lines: Iterable[str], cfg: TokenizerConfig, where: str = "the training text"
+) -> bytes:
+    """Train on already-normalised lines; identity rule so that decode(encode(x)) == x.
+    SentencePiece's own errors come back as one message naming `where` and the likely
+    cause."""
     model = io.BytesIO()
     spm.set_random_generator_seed(cfg.seed)
     try:
         _train(lines, model, cfg)
     except RuntimeError as e:
+        reason = str(e).strip().splitlines()[-1].rsplit("]", 1)[-1].strip() or str(e)
         if "Vocabulary size" in str(e):
-            hint = str(e).rsplit("]", 1)[-1].strip()
-            raise ConfigError(
-                f"config key 'tokenizer.vocab_size': {cfg.vocab_size} is more pieces than the "
-                f"training text supports ({hint}); lower it"
+            raise DataError(
+                f"{where} is too little text for tokenizer.vocab_size={cfg.vocab_size} "
+                f"({reason}); lower tokenizer.vocab_size, or train on more text"
             ) from None
-        raise
+        if "sentences_.empty()" in str(e):
+            reason = (
+                "no sentence reached it: every line is empty or longer than SentencePiece's "
+                f"{MAX_SENTENCE_BYTES} bytes (one sentence per line?)"
+            )
+        raise DataError(f"SentencePiece could not train on {where}: {reason}") from None
     return model.getvalue()
 
 
@@ -152,22 +165,23 @@ def load_or_train(
     cfg: TokenizerConfig,
     inputs: dict[str, str],
     training_text: Callable[[tuple[str, ...]], list[str]],
+    where: str = "the training text",
 ) -> tuple[Tokenizer, bool]:
     """Return the cached tokenizer for this key, or train and cache one. Also says if it trained.
 
     `inputs` identifies the training text (file hashes, languages, normalisation) and
     `training_text(sides)` returns the normalised sample of those sides ("src", "tgt") to train
-    one model on, called only on a cache miss.
+    one model on, called only on a cache miss; errors name that text as `where`.
     """
     directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs)
     if (directory / "tgt.model").exists():
         return Tokenizer.load(directory), False
     start = time.perf_counter()
     if cfg.joint:
-        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg)
+        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg, where)
     else:
-        src_model = train_sentencepiece(training_text(("src",)), cfg)
-        tgt_model = train_sentencepiece(training_text(("tgt",)), cfg)
+        src_model = train_sentencepiece(training_text(("src",)), cfg, f"{where} (source side)")
+        tgt_model = train_sentencepiece(training_text(("tgt",)), cfg, f"{where} (target side)")
     tokenizer = Tokenizer(src_model, tgt_model)
     with atomic_dir(directory) as tmp:
         tokenizer.save(tmp)
