@@ -109,6 +109,14 @@ def test_the_commands_are_the_top_level_modules_users_run() -> None:
     assert set(SCRIPTS) == {f"seq2seq-{c.removeprefix('seq2seq.')}" for c in COMMANDS}
 
 
+def test_the_import_path_readme_taught_still_gives_the_translator() -> None:
+    from seq2seq.decoding.translator import Translation, Translator
+    from seq2seq.translator import Translation as OldTranslation
+    from seq2seq.translator import Translator as OldTranslator
+
+    assert (OldTranslator, OldTranslation) == (Translator, Translation)
+
+
 def test_python_m_seq2seq_lists_the_commands() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "seq2seq"], capture_output=True, text=True, check=True

@@ -125,7 +125,11 @@ def test_runs_without_validation_bleu_and_empty_sweeps_are_named(tmp_path: Path)
     )
 
 
-def test_the_old_script_says_where_the_command_went() -> None:
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ablation_report.py"
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
-    assert result.returncode == 2 and "python -m seq2seq.report sweep=" in result.stderr
+@pytest.mark.parametrize(
+    ("script", "command"),
+    [("ablation_report.py", "python -m seq2seq.report sweep="), ("compare_runs.py", "'runs={")],
+)
+def test_the_old_scripts_say_where_the_command_went(script: str, command: str) -> None:
+    path = Path(__file__).resolve().parents[1] / "scripts" / script
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
+    assert result.returncode == 2 and command in result.stderr

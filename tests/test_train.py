@@ -106,8 +106,9 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
     overfit_run, few_pairs: FewPairs, tmp_path: Path
 ) -> None:
     """No tokenizer training, no cache, no training split: the checkpoint carries the rest.
-    The checkpoint is rewritten with a config in the layout of earlier versions (no `logger`
-    and `decoding.nbest` keys) and an empty cache directory."""
+    The checkpoint is rewritten with a config in the layout of earlier versions (no `logger`,
+    `decoding.nbest`, `data.min_train_pairs` and `data.splits.*.tsv` keys) and an empty cache
+    directory. The same test set as one tab-separated file (BOM, CRLF) scores the same."""
     run_dir, _ = overfit_run
     final = Path(json.loads((run_dir / "run_summary.json").read_text())["final_checkpoint"])
     checkpoint = torch.load(final, map_location="cpu", weights_only=True)
@@ -115,7 +116,9 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
     cache.mkdir()
     saved = checkpoint["seq2seq"]["config"]
     saved["paths"]["cache_dir"] = str(cache)
-    del saved["logger"], saved["decoding"]["nbest"]
+    del saved["logger"], saved["decoding"]["nbest"], saved["data"]["min_train_pairs"]
+    for files in saved["data"]["splits"].values():
+        del files["tsv"]
     ckpt = tmp_path / "model" / "final.ckpt"
     ckpt.parent.mkdir()
     torch.save(checkpoint, ckpt)
@@ -144,6 +147,27 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
     assert read_lines(ckpt.parent / "final.test.greedy.hyp") == read_lines(
         final.with_name(f"{final.stem}.test.greedy.hyp")
     )
+
+    rows = "".join(f"{s}\t{t}\r\n" for s, t in zip(few_pairs.src, few_pairs.tgt, strict=True))
+    (only_test / "test.tsv").write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    (ckpt.parent / "final.test.greedy.scores.json").unlink()
+    bitext = ["data.splits.test.tsv=test.tsv", "data.splits.test.src=null"]
+    result = run(
+        "evaluate",
+        tmp_path,
+        f"ckpt_path={ckpt}",
+        "decoding=greedy",
+        f"data.dir={only_test}",
+        *bitext,
+        "data.splits.test.tgt=null",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((ckpt.parent / "final.test.greedy.scores.json").read_text())
+    for key in same:
+        assert scores["test_sets"]["test"][key] == before["test_sets"]["test"][key], key
+    references = Path(scores["test_sets"]["test"]["references"])
+    assert references == ckpt.parent / "final.test.ref"
+    assert read_lines(references) == few_pairs.tgt
 
 
 def test_translate_keeps_lines_in_order_and_empty_lines_empty(
