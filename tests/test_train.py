@@ -127,47 +127,30 @@ def test_evaluate_needs_the_checkpoint_and_the_test_files_only(
     write_lines(only_test / "test.src", few_pairs.src)  # pairs.* (the training split) absent
     write_lines(only_test / "test.tgt", few_pairs.tgt)
 
-    result = run(
-        "evaluate",
-        tmp_path,
-        f"ckpt_path={ckpt}",
-        "decoding=greedy",
-        f"data.dir={only_test}",
-        "data.splits.test.src=test.src",
-        "data.splits.test.tgt=test.tgt",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert not list(cache.iterdir())
-    scores = json.loads((ckpt.parent / "final.test.greedy.scores.json").read_text())
-    before = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())
-    same = ("bleu", "chrf", "bleu_lc", "bleu_signature", "chrf_signature", "sentences")
-    for key in same:
-        assert scores["test_sets"]["test"][key] == before["test_sets"]["test"][key], key
-    assert scores["test_sets"]["test"]["references"] == str(only_test / "test.tgt")
-    assert read_lines(ckpt.parent / "final.test.greedy.hyp") == read_lines(
-        final.with_name(f"{final.stem}.test.greedy.hyp")
-    )
-
     rows = "".join(f"{s}\t{t}\r\n" for s, t in zip(few_pairs.src, few_pairs.tgt, strict=True))
     (only_test / "test.tsv").write_bytes(b"\xef\xbb\xbf" + rows.encode())
-    (ckpt.parent / "final.test.greedy.scores.json").unlink()
-    bitext = ["data.splits.test.tsv=test.tsv", "data.splits.test.src=null"]
-    result = run(
-        "evaluate",
-        tmp_path,
-        f"ckpt_path={ckpt}",
-        "decoding=greedy",
-        f"data.dir={only_test}",
-        *bitext,
-        "data.splits.test.tgt=null",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    scores = json.loads((ckpt.parent / "final.test.greedy.scores.json").read_text())
-    for key in same:
-        assert scores["test_sets"]["test"][key] == before["test_sets"]["test"][key], key
-    references = Path(scores["test_sets"]["test"]["references"])
-    assert references == ckpt.parent / "final.test.ref"
-    assert read_lines(references) == few_pairs.tgt
+    before = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())
+    same = ("bleu", "chrf", "bleu_lc", "bleu_signature", "chrf_signature", "sentences")
+    forms = {  # the test set's files -> the references its scores name
+        ("src=test.src", "tgt=test.tgt"): only_test / "test.tgt",
+        ("tsv=test.tsv", "src=null", "tgt=null"): ckpt.parent / "final.test.ref",
+    }
+    for files, references in forms.items():
+        split = [f"data.splits.test.{file}" for file in files]
+        result = run(
+            "evaluate", tmp_path, f"ckpt_path={ckpt}", "decoding=greedy", f"data.dir={only_test}",
+            *split,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert not list(cache.iterdir())
+        scores = json.loads((ckpt.parent / "final.test.greedy.scores.json").read_text())
+        for key in same:
+            assert scores["test_sets"]["test"][key] == before["test_sets"]["test"][key], key
+        assert scores["test_sets"]["test"]["references"] == str(references)
+        assert read_lines(references) == few_pairs.tgt
+        assert read_lines(ckpt.parent / "final.test.greedy.hyp") == read_lines(
+            final.with_name(f"{final.stem}.test.greedy.hyp")
+        )
 
 
 def test_translate_keeps_lines_in_order_and_empty_lines_empty(
