@@ -18,6 +18,7 @@ from helpers import compose_config, toy_corpus, toy_overrides
 from omegaconf import OmegaConf
 
 from seq2seq.config import config_to_dict, upgrade_config, validate_config
+from seq2seq.data.corpus import LINE_END, line_blocks, split_block
 from seq2seq.data.datamodule import PreparedData, prepare
 from seq2seq.errors import DataError
 
@@ -272,3 +273,20 @@ def test_a_config_from_before_min_train_pairs_and_tsv_still_loads() -> None:
     assert upgraded.data.min_train_pairs == 1
     assert upgraded.data.splits["train"].tsv is None
     assert upgraded.data.splits["train"].src == "train.src"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lines_are_the_same_however_the_stream_is_cut_into_chunks(seed: int) -> None:
+    """Line ends at chunk boundaries (a \\r\\n split in two, a line longer than a chunk, empty
+    chunks) give the lines of the whole stream split at once."""
+    rng = np.random.default_rng(seed)
+    pieces = ["a", "bb", "é", "\u2028", "\t", "\n", "\r", "\r\n", ""]
+    text = "".join(rng.choice(pieces, size=int(rng.integers(0, 60))))
+    data = text.encode()
+    cuts = sorted(rng.integers(0, len(data) + 1, size=int(rng.integers(0, 8))))
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    got = [line for block in line_blocks(chunks) for line in split_block(block.decode())]
+    expected = LINE_END.split(text)
+    if text.endswith(("\n", "\r")) or not text:
+        expected.pop()
+    assert got == expected

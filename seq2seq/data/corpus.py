@@ -86,7 +86,7 @@ def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
     return splits
 
 
-LINE_END = re.compile(rb"\r\n|\r|\n")
+LINE_END = re.compile(r"\r\n|\r|\n")
 CHUNK_BYTES = 1 << 20
 # byte-order marks of encodings that are not UTF-8, longest first (UTF-32's starts as UTF-16's)
 FOREIGN_BOMS = (
@@ -97,18 +97,29 @@ FOREIGN_BOMS = (
 )
 
 
-def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The lines of a byte stream without their ends: `\\n`, `\\r\\n` and `\\r` each end
-    one, also across chunk boundaries; a last line without an end is a line too."""
-    rest = b""
+def line_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The stream regrouped into blocks of whole lines, each ending with its line end, the last
+    block perhaps without one. A UTF-8 character never spans two blocks: no byte of one is a
+    line end."""
+    pending: list[bytes] = []  # a line begun in earlier chunks (however long: joined once)
     for chunk in chunks:
-        data = rest + chunk
-        cut = len(data) - data.endswith(b"\r")  # a final \r may be the first half of \r\n
-        *lines, rest = LINE_END.split(data[:cut])
-        rest += data[cut:]
-        yield from lines
-    if rest:
-        yield rest.removesuffix(b"\r")
+        end = len(chunk) - chunk.endswith(b"\r")  # a last \r may be half of \r\n: held back
+        cut = max(chunk.rfind(b"\n", 0, end), chunk.rfind(b"\r", 0, end)) + 1
+        if cut == 0:
+            pending.append(chunk)
+            continue
+        yield b"".join([*pending, chunk[:cut]])
+        pending = [chunk[cut:]]
+    if any(pending):
+        yield b"".join(pending)
+
+
+def split_block(text: str) -> list[str]:
+    """A block's lines without their ends (`\\n`, `\\r\\n` or `\\r`)."""
+    lines = LINE_END.split(text) if "\r" in text else text.split("\n")
+    if text.endswith(("\n", "\r")):
+        lines.pop()  # the empty string after the last line end
+    return lines
 
 
 def check_encoding(path: Path, head: bytes) -> None:
@@ -122,39 +133,50 @@ def check_encoding(path: Path, head: bytes) -> None:
             )
 
 
-def decode_line(path: Path, number: int, line: bytes) -> str:
+def decode_block(path: Path, first_line: int, block: bytes) -> str:
+    """A block as text; bad bytes and NULs are named by line (counted from `first_line`) and
+    column."""
     try:
-        text = line.decode("utf-8")
+        text = block.decode("utf-8")
     except UnicodeDecodeError as e:
+        before = block[: e.start].decode("utf-8")
+        number, column = where(before, first_line)
         raise DataError(
-            f"{path}, line {number}: not valid UTF-8 (byte {e.object[e.start]:#04x} "
-            f"at column {e.start + 1}). Convert the file to UTF-8, e.g. "
-            f"iconv -f latin1 -t utf-8 {path.name}"
+            f"{path}, line {number}: not valid UTF-8 (byte {block[e.start]:#04x} at column "
+            f"{column}). Convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name}"
         ) from None
     if "\0" in text:
+        number, column = where(text[: text.index("\0")], first_line)
         raise DataError(
-            f"{path}, line {number}: a NUL byte at column {text.index(chr(0)) + 1}: not a text "
-            "file, or UTF-16 without a byte-order mark; convert it to UTF-8 text, e.g. iconv "
-            f"-f UTF-16LE -t UTF-8 {path.name}"
+            f"{path}, line {number}: a NUL byte at column {column}: not a text file, or UTF-16 "
+            f"without a byte-order mark; convert it to UTF-8 text, e.g. iconv -f UTF-16LE -t "
+            f"UTF-8 {path.name}"
         )
     return text
+
+
+def where(before: str, first_line: int) -> tuple[int, int]:
+    """(line, column) of the character after `before`, the text of a block up to it."""
+    lines = LINE_END.split(before)
+    return first_line + len(lines) - 1, len(lines[-1].encode("utf-8")) + 1
 
 
 def iter_lines(path: Path) -> Iterator[str]:
     """Yield one sentence per line, exactly as stored (no normalisation), plain or gzip,
     without holding the file in memory (line ends and byte-order marks: module docstring)."""
     content = False
+    number = 1  # of the next line
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
             head = f.read(CHUNK_BYTES)
             check_encoding(path, head)
-            chunks = itertools.chain(
-                [head.removeprefix(codecs.BOM_UTF8)], iter(lambda: f.read(CHUNK_BYTES), b"")
-            )
-            for number, line in enumerate(split_lines(chunks), start=1):
-                text = decode_line(path, number, line)
-                content = content or bool(text.strip())
-                yield text
+            rest = iter(lambda: f.read(CHUNK_BYTES), b"")
+            chunks = itertools.chain([head.removeprefix(codecs.BOM_UTF8)], rest)
+            for block in line_blocks(chunks):
+                lines = split_block(decode_block(path, number, block))
+                content = content or any(line.strip() for line in lines)
+                number += len(lines)
+                yield from lines
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     if not content:
@@ -178,6 +200,14 @@ def iter_bitext(path: Path, name: str) -> Iterator[tuple[str, str]]:
             )
         source, target = line.split("\t")
         yield source, target
+
+
+def side_lines(split: SplitPaths, side: str) -> Iterator[str]:
+    """The lines of one side ("src" or "tgt") of a split."""
+    if split.tsv:
+        column = ("src", "tgt").index(side)
+        return (pair[column] for pair in iter_bitext(split.src, split.name))
+    return iter_lines(getattr(split, side))
 
 
 def iter_parallel(split: SplitPaths) -> Iterator[tuple[str, str]]:

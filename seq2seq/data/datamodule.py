@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from seq2seq.data.corpus import (
     iter_parallel,
     normalize,
     read_parallel,
+    side_lines,
 )
 from seq2seq.data.dataset import EncodedSplit, FilterCounts, load_or_encode
 from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
@@ -56,16 +58,15 @@ def writable_dir(path: Path, key: str) -> Path:
     return path
 
 
-SIDES = ("src", "tgt")
-
-
-def check_training_text(train: SplitPaths, max_len: int) -> None:
-    """Stop before tokenizer training when no training pair has text on both sides: the
-    counts, and what usually causes it."""
+def check_training_text(train: SplitPaths) -> None:
+    """Stop before tokenizer training when no training pair has text on both sides (reading
+    only up to the first that has)."""
     total = empty = 0
     for source, target in iter_parallel(train):
         total += 1
-        empty += not (source.strip() and target.strip())
+        if source.strip() and target.strip():
+            return
+        empty += 1
     if empty == total:
         raise DataError(
             f"split '{train.name}' ({train}): none of its {total} pairs has text on both sides "
@@ -114,11 +115,11 @@ def prepare(config: RootConfig) -> PreparedData:
     train = files[data.train_split]
 
     def training_text(sides: tuple[str, ...]) -> list[str]:
-        lines = (pair[SIDES.index(side)] for side in sides for pair in iter_parallel(train))
+        check_training_text(train)
+        lines = itertools.chain.from_iterable(side_lines(train, side) for side in sides)
         cfg = config.tokenizer
         return [normalize(x) for x in sample_sentences(lines, cfg.input_sentence_size, cfg.seed)]
 
-    check_training_text(train, data.filter.max_len)
     tokenizer, trained = load_or_train(
         cache_dir, config.tokenizer, inputs(train), training_text, str(train)
     )
