@@ -131,9 +131,9 @@ def started_in(run_dir: Path) -> Path:
     """The directory a run was started in, which relative paths of its summary start from."""
     hydra = run_dir / ".hydra" / "hydra.yaml"
     if hydra.is_file():
-        cwd = (yaml.safe_load(hydra.read_text()) or {}).get("hydra", {}).get("runtime", {})
-        if cwd.get("cwd") and Path(cwd["cwd"]).is_dir():
-            return Path(cwd["cwd"])
+        runtime = (yaml.safe_load(hydra.read_text()) or {}).get("hydra", {}).get("runtime", {})
+        if runtime.get("cwd") and Path(runtime["cwd"]).is_dir():
+            return Path(runtime["cwd"])
     return run_dir
 
 

@@ -61,18 +61,16 @@ def writable_dir(path: Path, key: str) -> Path:
 def check_training_text(train: SplitPaths) -> None:
     """Stop before tokenizer training when no training pair has text on both sides (reading
     only up to the first that has)."""
-    total = empty = 0
+    total = 0
     for source, target in iter_parallel(train):
-        total += 1
         if source.strip() and target.strip():
             return
-        empty += 1
-    if empty == total:
-        raise DataError(
-            f"split '{train.name}' ({train}): none of its {total} pairs has text on both sides "
-            f"({empty} empty on one side or both); nothing to train the tokenizer or the model "
-            "on. Check that the files are the ones meant (data.splits.<split>.src / .tgt / .tsv)"
-        )
+        total += 1
+    raise DataError(
+        f"split '{train.name}' ({train}): none of its {total} pairs has text on both sides "
+        "(each is empty on one side or both); nothing to train the tokenizer or the model on. "
+        "Check that the files are the ones meant (data.splits.<split>.src / .tgt / .tsv)"
+    )
 
 
 def check_kept(split: SplitPaths, counts: FilterCounts, data: DataConfig, training: bool) -> None:

@@ -61,7 +61,6 @@ class Translator:
         self.backend: Backend = model
         self.tokenizer = tokenizer
         self.decoding = decoding or group_config("decoding/beam", DecodingConfig)
-        self.max_len = model.max_len  # positions, source EOS included
 
     @classmethod
     def from_checkpoint(
@@ -107,7 +106,7 @@ class Translator:
     def source_ids(self, lines: list[str], where: str, first_line: int) -> list[list[int]]:
         """SentencePiece ids of the normalised lines, each within the model's positions."""
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
-        limit = self.max_len - 1  # room for EOS
+        limit = self.backend.max_len - 1  # positions, less one for EOS
         for number, seq in enumerate(ids, start=first_line):
             if len(seq) <= limit:
                 continue
