@@ -6,7 +6,9 @@ Every measurement is a fresh process with a fresh cache, timed from start to exi
 the peak resident set of its largest process (`ru_maxrss`, what `/usr/bin/time -v` reports) and
 the peak proportional set size summed over its process tree (pool workers and data-parallel
 processes included; shared pages are split between the processes that map them), sampled
-every 0.1 s from /proc.
+every 0.1 s from /proc. Each process's own peak Pss is reported too (`peak_process_pss_mb`, the
+largest of them: "Pss per data-parallel process"), with its anonymous and file-backed parts at
+that peak and its peak resident set, in `processes`.
 
     python scripts/scale.py --work /tmp/scale --json docs/bench/scale.json
     python scripts/scale.py --source /tmp/old-checkout ...  # the same for another version
@@ -65,44 +67,94 @@ def data_overrides(corpus: Path, cache: Path) -> list[str]:
     return ["data=parallel_files", f"data.dir={corpus}", f"paths.cache_dir={cache}", *files]
 
 
-def tree_pss_kb(root: int) -> int:
-    """Summed Pss of `root` and its descendants, from /proc (0 for processes already gone)."""
-    total, stack = 0, [root]
+def rollup_kb(pid: int) -> dict[str, int]:
+    """The kB fields of /proc/<pid>/smaps_rollup (Rss, Pss, Pss_Anon, Pss_File, ...)."""
+    text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    return {k: int(v) for k, v in re.findall(r"^(\w+):\s+(\d+) kB", text, re.M)}
+
+
+def tree_rollups(root: int) -> dict[int, dict[str, int]]:
+    """smaps_rollup of `root` and its descendants, by pid (processes already gone left out)."""
+    rollups, stack = {}, [root]
     while stack:
         pid = stack.pop()
         try:
-            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-            total += int(re.search(r"^Pss:\s+(\d+) kB", rollup, re.M).group(1))
+            rollups[pid] = rollup_kb(pid)
             for task in Path(f"/proc/{pid}/task").iterdir():
                 stack += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, AttributeError):
+        except (OSError, KeyError):
             continue
-    return total
+    return rollups
+
+
+def tree_pss_kb(root: int) -> int:
+    """Summed Pss of `root` and its descendants, from /proc (0 for processes already gone)."""
+    return sum(r.get("Pss", 0) for r in tree_rollups(root).values())
+
+
+def command_name(pid: int) -> str:
+    """A short name for the process: its command line, arguments that are overrides left out."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    return " ".join(Path(a).name if a.startswith("/") else a for a in argv if "=" not in a)[:80]
 
 
 def measure(command: list[str], source: Path, log: Path) -> dict:
-    """Run `command` in `source` to completion; its wall time, exit code and memory peaks, and
-    the memory timeline (wall clock, summed Pss in kB) for `tokenizer_phase`."""
+    """Run `command` in `source` to completion; its wall time, exit code and memory peaks (the
+    tree's summed Pss, and each process's own Pss and Rss), and the memory timeline (wall clock,
+    summed Pss in kB) for `tokenizer_phase`."""
     start = time.perf_counter()
     timeline: list[tuple[float, int]] = []
+    peaks: dict[int, dict] = {}  # pid -> its rollup at its peak Pss, and its peak Rss
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=source, stdout=out, stderr=subprocess.STDOUT)
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(0.1):
-                timeline.append((time.time(), tree_pss_kb(process.pid)))
+                rollups = tree_rollups(process.pid)
+                timeline.append((time.time(), sum(r.get("Pss", 0) for r in rollups.values())))
+                for pid, rollup in rollups.items():
+                    if pid not in peaks:
+                        peaks[pid] = {"command": command_name(pid), "at_peak": {}, "rss": 0}
+                    peak = peaks[pid]
+                    if rollup.get("Pss", 0) > peak["at_peak"].get("Pss", -1):
+                        peak["at_peak"] = rollup
+                    peak["rss"] = max(peak["rss"], rollup.get("Rss", 0))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         done.set()
         sampler.join()
+
+    def mb(kb: int) -> int:
+        return round(kb / 1024)
+
+    processes = sorted(
+        (
+            {
+                "pid": pid,
+                "command": peak["command"],
+                "peak_pss_mb": mb(peak["at_peak"].get("Pss", 0)),
+                "pss_anon_mb_at_peak": mb(peak["at_peak"].get("Pss_Anon", 0)),
+                "pss_file_mb_at_peak": mb(peak["at_peak"].get("Pss_File", 0)),
+                "rss_mb_at_peak": mb(peak["at_peak"].get("Rss", 0)),
+                "peak_rss_mb": mb(peak["rss"]),
+            }
+            for pid, peak in peaks.items()
+        ),
+        key=lambda p: -p["peak_pss_mb"],
+    )
     return {
         "seconds": round(time.perf_counter() - start, 1),
         "exit_code": os.waitstatus_to_exitcode(status),
         "peak_rss_mb": round(usage.ru_maxrss / 1024),
         "peak_tree_pss_mb": round(max((kb for _, kb in timeline), default=0) / 1024),
+        "peak_process_pss_mb": max((p["peak_pss_mb"] for p in processes), default=0),
+        "processes": processes,
         "log": str(log),
         "timeline": timeline,
     }

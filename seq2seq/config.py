@@ -10,6 +10,7 @@ the model, in seq2seq/model/config.py.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from seq2seq.model.config import ModelConfig
 # and checks, and have no defaults of their own. They ship inside the package (package data),
 # so an editable and a regular install find them alike.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+# ${seq2seq.pid:} in conf/train.yaml: default run directories unique among live processes
+OmegaConf.register_new_resolver("seq2seq.pid", os.getpid, replace=True)
 
 
 @dataclass
@@ -253,6 +257,7 @@ class RootConfig:
     checkpoint_every_n_steps: int  # also refresh last.ckpt every n optimizer steps (0: off)
     on_nonfinite: str  # a step whose loss or gradients are NaN/inf: skip | stop
     logger: dict[str, Any] | None  # a Lightning logger (_target_ + arguments) besides metrics.csv
+    threads: int | None  # torch threads and encoding processes of one run (None: the launcher's)
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
@@ -262,6 +267,11 @@ class RootConfig:
             "logger",
             "names no _target_ (a Lightning logger class); pick an option of seq2seq/conf/logger/, "
             "e.g. logger=tensorboard or logger=none",
+        )
+        require(
+            self.threads is None or self.threads >= 1,
+            "threads",
+            f"must be >= 1, or null for the launcher's share of the CPUs; got {self.threads}",
         )
         require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
         require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
@@ -463,7 +473,7 @@ EVERY_SUBLAYER = {
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
-    upgraded = {"logger": dict(TENSORBOARD), **saved}
+    upgraded = {"logger": dict(TENSORBOARD), "threads": None, **saved}
     upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {"encode_processes": 0, "min_train_pairs": 1, **saved["data"]}

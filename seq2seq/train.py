@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -25,7 +26,8 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from seq2seq.cli import entrypoint
+from seq2seq.cli import entrypoint, in_sweep
+from seq2seq.concurrency import RunDirectory, thread_budget
 from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
@@ -240,6 +242,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     Under data parallelism only the first process averages and returns a summary."""
     ckpt_path = resolve_resume(config, run_dir)
     logger = build_logger(config, run_dir)  # before any work: a missing package fails early
+    torch.set_num_threads(thread_budget(config.threads))
     pl.seed_everything(config.seed, workers=True)
     data = TranslationDataModule(config)
     data.prepare_data()
@@ -299,9 +302,47 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     }
 
 
+def several_processes(trainer: dict) -> bool:
+    """Whether the trainer group starts more than one process (data parallelism)."""
+    devices = trainer.get("devices", 1)
+    count = len(devices) if isinstance(devices, (list, tuple)) else 1
+    if str(devices).isdigit():
+        count = int(devices)
+    strategy = str(trainer.get("strategy", "auto"))
+    parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
+    return parallel or count > 1 or int(trainer.get("num_nodes", 1)) > 1
+
+
+def check_launcher_fits(config: RootConfig) -> None:
+    """Lightning's DDP launcher starts each rank by re-running the command line; inside a
+    joblib worker that command is the whole sweep."""
+    launcher = HydraConfig.get().launcher.get("_target_", "")
+    if "joblib" in launcher and several_processes(config.trainer):
+        raise ConfigError(
+            "trainer: data-parallel training (strategy, devices or num_nodes) cannot run inside "
+            "hydra/launcher=joblib: each rank would re-run the whole sweep. Run the sweep with "
+            "the basic launcher (the default), or train with one process per run"
+        )
+
+
 @entrypoint(config_name="train")
 def main(config: RootConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    check_launcher_fits(config)
+    if in_sweep() and (run_dir / "run_summary.json").is_file():
+        log.info("%s has finished (run_summary.json): skipped", run_dir)
+        print(f"finished already, skipped: {run_dir}")
+        return
+    held = RunDirectory(run_dir)
+    if rank_zero_only.rank == 0:  # the other ranks of this run share its directory
+        held.hold()
+    try:
+        train_and_evaluate(config, run_dir)
+    finally:
+        held.release()
+
+
+def train_and_evaluate(config: RootConfig, run_dir: Path) -> None:
     summary = train(config, run_dir)
     if summary is None:  # not the first process of a data-parallel run
         return

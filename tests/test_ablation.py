@@ -54,7 +54,7 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
     assert len(attention_presets) == 10 and len(block_presets) == 7
 
 
-def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Path) -> None:
+def test_ablation_report_tabulates_finished_runs_and_names_the_others(tmp_path: Path) -> None:
     fake_run(tmp_path / "0_standard_seed1", "standard", 30.5)
     fake_run(tmp_path / "1_swapped_seed1", "swapped_cross", 12.25, hypotheses=REFERENCES)
     result = report(f"sweep={tmp_path}")
@@ -89,10 +89,24 @@ def test_ablation_report_tabulates_runs_and_refuses_incomplete_ones(tmp_path: Pa
         result.stderr
     )
     (tmp_path / "1_swapped_seed1" / "test.hyp").write_text("".join(f"{r}\n" for r in REFERENCES))
-    (tmp_path / "2_broken" / ".hydra").mkdir(parents=True)
+    # runs without a summary are named under the table of the finished ones
+    (tmp_path / "2_stopped" / ".hydra").mkdir(parents=True)
+    (tmp_path / "3_failed" / ".hydra").mkdir(parents=True)
+    (tmp_path / "3_failed" / "failed.txt").write_text("DataError: train.src, line 3: empty\n")
+    result = report(f"sweep={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert list(table_rows(tmp_path / "ablation.md")) == ["standard", "swapped_cross"]
+    assert (
+        "Not in the table (2): 2_stopped: did not finish (still running, or stopped); "
+        "3_failed: failed (DataError: train.src, line 3: empty)."
+    ) in (tmp_path / "ablation.md").read_text()
+
+    for finished in ("0_standard_seed1", "1_swapped_seed1"):
+        (tmp_path / finished / "run_summary.json").unlink()
     result = report(f"sweep={tmp_path}")
     assert result.returncode == 1
-    assert "2_broken is incomplete: run_summary.json is missing" in result.stderr
+    assert f"no finished runs (*/run_summary.json) under {tmp_path}" in result.stderr
+    assert "3_failed: failed (DataError: train.src, line 3: empty)" in result.stderr
 
 
 def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path: Path) -> None:

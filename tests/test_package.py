@@ -20,9 +20,16 @@ SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scrip
 COMMANDS = {value.split(":")[0] for value in SCRIPTS.values()}  # seq2seq.train, ...
 MACHINERY = ("data", "model", "training", "decoding", "analysis")
 # what each package may import besides itself and these top-level modules (the schema, errors,
-# file helpers, scores): the flow files -> tokenizer -> batches -> model -> loss / decoding ->
-# metrics -> reports, with training driving it
-SHARED = {"seq2seq", "seq2seq.config", "seq2seq.errors", "seq2seq.io", "seq2seq.metrics"}
+# file helpers, locks and threads of runs side by side, scores): the flow files -> tokenizer ->
+# batches -> model -> loss / decoding -> metrics -> reports, with training driving it
+SHARED = {
+    "seq2seq",
+    "seq2seq.config",
+    "seq2seq.errors",
+    "seq2seq.io",
+    "seq2seq.concurrency",
+    "seq2seq.metrics",
+}
 ALLOWED = {
     "data": set(),
     "model": set(),

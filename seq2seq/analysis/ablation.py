@@ -13,9 +13,11 @@ model.heads is 4) is a harness check, and its hypotheses must equal the baseline
 seed; a model trained with `model.attention.allow_future_leak` sees later target tokens, so it
 is reported apart and not tested.
 
-Each run directory must hold run_summary.json (written by seq2seq.train when a run finishes,
-after its test evaluation), config.yaml and the test hypotheses the summary names; a run
-without them stops the report with its name. Relative paths in a summary are read from the
+A finished run directory holds run_summary.json (written by seq2seq.train when a run finishes,
+after its test evaluation), config.yaml and the test hypotheses the summary names; a finished
+run without them stops the report with its name. Runs that failed (failed.txt), did not finish,
+or never started (jobs of Hydra's multirun.yaml without a directory) are named under the table,
+which holds the finished ones. Relative paths in a summary are read from the
 directory the run was started in (Hydra's `.hydra/hydra.yaml` records it), or else from the run
 directory.
 """
@@ -34,9 +36,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from seq2seq.analysis.significance import SAMPLES, Comparison, paired_bootstrap  # noqa: E402
+from seq2seq.concurrency import FAILED_FILE  # noqa: E402
 from seq2seq.config import upgrade_config, validate_config  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.errors import DataError, Seq2SeqError  # noqa: E402
@@ -127,14 +132,53 @@ def incomplete(run_dir: Path, what: str) -> DataError:
     )
 
 
+def hydra_record(run_dir: Path) -> dict[str, Any]:
+    """The `hydra` node Hydra saved for a run (.hydra/hydra.yaml), empty if none."""
+    path = run_dir / ".hydra" / "hydra.yaml"
+    if not path.is_file():
+        return {}
+    return (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+
+
 def started_in(run_dir: Path) -> Path:
     """The directory a run was started in, which relative paths of its summary start from."""
-    hydra = run_dir / ".hydra" / "hydra.yaml"
-    if hydra.is_file():
-        runtime = (yaml.safe_load(hydra.read_text()) or {}).get("hydra", {}).get("runtime", {})
-        if runtime.get("cwd") and Path(runtime["cwd"]).is_dir():
-            return Path(runtime["cwd"])
+    runtime = hydra_record(run_dir).get("runtime", {})
+    if runtime.get("cwd") and Path(runtime["cwd"]).is_dir():
+        return Path(runtime["cwd"])
     return run_dir
+
+
+def expected_jobs(sweep: Path) -> dict[int, str]:
+    """The jobs of a sweep (number -> the overrides that tell it from the others) as Hydra's
+    basic sweeper expands its multirun.yaml; empty when there is none or another sweeper ran
+    it."""
+    path = sweep / "multirun.yaml"
+    if not path.is_file():
+        return {}
+    hydra = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+    if not str(hydra.get("sweeper", {}).get("_target_", "")).endswith(".BasicSweeper"):
+        return {}
+    params = [f"{key}={value}" for key, value in (hydra["sweeper"].get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides([*params, *hydra["overrides"]["task"]])
+    jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    varying = [[o for o in job if not all(o in other for other in jobs)] for job in jobs]
+    return {number: " ".join(job) for number, job in enumerate(varying)}
+
+
+def not_finished(sweep: Path, directories: list[Path]) -> list[str]:
+    """The sweep's runs without a summary: failed (with the error), unfinished, never started."""
+    text = []
+    for directory in directories:
+        failed = directory / FAILED_FILE
+        if failed.is_file():
+            text.append(f"{directory.name}: failed ({failed.read_text().strip()})")
+        else:
+            text.append(f"{directory.name}: did not finish (still running, or stopped)")
+    started = {hydra_record(d.parent).get("job", {}).get("num") for d in sweep.glob("*/.hydra")}
+    for number, overrides in expected_jobs(sweep).items():
+        if number not in started:
+            text.append(f"job {number} ({overrides}): never started")
+    return text
 
 
 def read_run(run_dir: Path, test_set: str | None) -> Run:
@@ -360,12 +404,16 @@ def ablation_report(
     """Write ablation.md, .csv and .png for the runs of `sweep` (into `output`, default the
     sweep directory); return the Markdown file."""
     directories = sorted(p.parent for p in sweep.glob("*/.hydra"))
-    if not directories:
+    finished = [d for d in directories if (d / "run_summary.json").is_file()]
+    missing = not_finished(sweep, [d for d in directories if d not in finished])
+    if not finished:
+        listing = "".join(f"\n  {line}" for line in missing)
         raise DataError(
-            f"no run directories (*/.hydra) under {sweep}: name the directory of a sweep "
-            "(python -m seq2seq.train -m ... hydra.sweep.dir=<dir>)"
+            f"no finished runs (*/run_summary.json) under {sweep}{listing or ''}\n"
+            "Name the directory of a sweep (python -m seq2seq.train -m ... hydra.sweep.dir=<dir>), "
+            "or rerun the sweep into it: finished runs are skipped"
         )
-    runs = [read_run(directory, test_set) for directory in directories]
+    runs = [read_run(directory, test_set) for directory in finished]
     test_sets = {run.test_set for run in runs}
     if len(test_sets) > 1:
         raise DataError(
@@ -398,6 +446,11 @@ def ablation_report(
         )
     )
     text = [*notes(runs, variants, baseline), *harness_checks(variants, baseline)]
+    if missing:
+        text.append(
+            f"Not in the table ({len(missing)}): " + "; ".join(missing) + ". Rerun the sweep "
+            "with the same command into the same hydra.sweep.dir: finished runs are skipped."
+        )
     output = output or sweep
     output.mkdir(parents=True, exist_ok=True)
     write_report(table, apart, text, means, baseline, output, runs[0].test_set)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from seq2seq.concurrency import thread_budget, usable_cpus
 from seq2seq.config import DataConfig, RootConfig
 from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
 from seq2seq.data.corpus import (
@@ -36,13 +37,6 @@ class PreparedData:
     splits: dict[str, EncodedSplit]
     files: dict[str, SplitPaths]
     built: list[str] = field(default_factory=list)  # what this call computed (not from cache)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS reports one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def writable_dir(path: Path, key: str) -> Path:
@@ -123,7 +117,7 @@ def prepare(config: RootConfig) -> PreparedData:
     )
     if trained:
         built.append("tokenizer")
-    processes = data.encode_processes or usable_cpus()
+    processes = min(data.encode_processes or usable_cpus(), thread_budget(config.threads))
     splits = {}
     for name, split in files.items():
         limits = data.filter if name == data.train_split else None

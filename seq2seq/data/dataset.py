@@ -25,6 +25,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
+from seq2seq.concurrency import build_lock
 from seq2seq.config import FilterConfig
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
@@ -118,8 +119,8 @@ class EncodedSplit(torch.utils.data.Dataset):
     ) -> EncodedSplit:
         """Normalise and encode raw line pairs into `directory` (written atomically) and map it.
 
-        With `limits`, drop empty, over-long and ill-ratioed pairs. The arrays do not depend on
-        `processes`.
+        With `limits`, drop empty, over-long and ill-ratioed pairs. `processes` bounds the pool
+        (or SentencePiece's threads, for a split of one chunk); the arrays do not depend on it.
         """
         with atomic_dir(directory) as tmp, contextlib.ExitStack() as files:
             streams = {
@@ -256,7 +257,7 @@ def _encoded_chunks(
     head = list(itertools.islice(chunks, 2))
     if processes <= 1 or len(head) < 2:
         for number, chunk in enumerate(itertools.chain(head, chunks)):
-            yield _encode_chunk(chunk, number * CHUNK_PAIRS, tokenizer, limits, num_threads=-1)
+            yield _encode_chunk(chunk, number * CHUNK_PAIRS, tokenizer, limits, processes)
         return
     initargs = (tokenizer.src_model, tokenizer.tgt_model, limits)
     gc.freeze()  # forked workers then leave this process's objects (and their pages) alone
@@ -295,4 +296,7 @@ def load_or_encode(
     directory = cache_dir / "encoded" / f"{name}-{key}"
     if (directory / "counts.json").exists():
         return EncodedSplit.load(directory), False
-    return EncodedSplit.encode(read(), tokenizer, limits, directory, processes), True
+    with build_lock(directory):  # runs started together: one encodes, the others wait
+        if (directory / "counts.json").exists():
+            return EncodedSplit.load(directory), False
+        return EncodedSplit.encode(read(), tokenizer, limits, directory, processes), True

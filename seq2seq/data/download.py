@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from seq2seq.concurrency import build_lock
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_path, sha256_file
 
@@ -44,13 +45,17 @@ def verify_file(path: Path, sha256: str) -> None:
 def fetch_missing(
     files: list[Path], url_pattern: str, sha256: dict[str, str], data_dir_key: str
 ) -> None:
-    """Download every missing file in `files`; report all failures in one error."""
+    """Download every missing file in `files`; report all failures in one error. Processes
+    started together download a file once: the others wait for it."""
     failed: list[tuple[Path, str, str]] = []
     for path in files:
         url = url_pattern.format(file=path.name)
-        log.info("downloading %s from %s", path.name, url)
         try:
-            download_file(url, path, sha256.get(path.name))
+            with build_lock(path):
+                if path.exists():  # another process downloaded it while this one waited
+                    continue
+                log.info("downloading %s from %s", path.name, url)
+                download_file(url, path, sha256.get(path.name))
         except (urllib.error.URLError, OSError, ValueError) as e:
             failed.append((path, url, str(getattr(e, "reason", e))))
     if failed:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq.concurrency import build_lock
 from seq2seq.config import TokenizerConfig
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_dir
@@ -154,6 +155,35 @@ def _train(lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig) -> Non
     )
 
 
+def _train_and_save(
+    cfg: TokenizerConfig,
+    inputs: dict[str, str],
+    training_text: Callable[[tuple[str, ...]], list[str]],
+    where: str,
+    directory: Path,
+) -> Tokenizer:
+    start = time.perf_counter()
+    if cfg.joint:
+        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg, where)
+    else:
+        src_model = train_sentencepiece(training_text(("src",)), cfg, f"{where} (source side)")
+        tgt_model = train_sentencepiece(training_text(("tgt",)), cfg, f"{where} (target side)")
+    tokenizer = Tokenizer(src_model, tgt_model)
+    with atomic_dir(directory) as tmp:
+        tokenizer.save(tmp)
+        (tmp / "settings.json").write_text(
+            json.dumps({"settings": asdict(cfg), "inputs": inputs}, indent=2, sort_keys=True)
+        )
+    log.info(
+        "trained tokenizer (%s, %d pieces) in %.1fs -> %s",
+        cfg.model_type,
+        cfg.vocab_size,
+        time.perf_counter() - start,
+        directory,
+    )
+    return tokenizer
+
+
 def tokenizer_key(cfg: TokenizerConfig, inputs: dict[str, str]) -> str:
     """Cache key from the settings, the training files' hashes and the library version."""
     payload = {"settings": asdict(cfg), "inputs": inputs, "sentencepiece": spm.__version__}
@@ -176,23 +206,8 @@ def load_or_train(
     directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs)
     if (directory / "tgt.model").exists():
         return Tokenizer.load(directory), False
-    start = time.perf_counter()
-    if cfg.joint:
-        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg, where)
-    else:
-        src_model = train_sentencepiece(training_text(("src",)), cfg, f"{where} (source side)")
-        tgt_model = train_sentencepiece(training_text(("tgt",)), cfg, f"{where} (target side)")
-    tokenizer = Tokenizer(src_model, tgt_model)
-    with atomic_dir(directory) as tmp:
-        tokenizer.save(tmp)
-        (tmp / "settings.json").write_text(
-            json.dumps({"settings": asdict(cfg), "inputs": inputs}, indent=2, sort_keys=True)
-        )
-    log.info(
-        "trained tokenizer (%s, %d pieces) in %.1fs -> %s",
-        cfg.model_type,
-        cfg.vocab_size,
-        time.perf_counter() - start,
-        directory,
-    )
+    with build_lock(directory):  # runs started together: one trains, the others wait
+        if (directory / "tgt.model").exists():
+            return Tokenizer.load(directory), False
+        tokenizer = _train_and_save(cfg, inputs, training_text, where, directory)
     return tokenizer, True
