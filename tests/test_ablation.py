@@ -1,5 +1,6 @@
-"""The ablation suite: every preset composes and builds, the report tabulates runs (and refuses
-incomplete ones), and the multirun works end to end (docs/attention.md, "Ablation suite")."""
+"""The ablation suite: every preset composes and builds, the report tabulates finished runs (and
+names the others), and the multirun works end to end, serial and side by side
+(docs/attention.md, "Ablation suite"; docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -171,28 +172,43 @@ def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path
 
 
 def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None:
-    """The suite's command on 40 Multi30k pairs: one run dir per variant, then the report."""
+    """The suite's command on 40 Multi30k pairs, serial and side by side (joblib, 2 jobs): one
+    run dir per variant, the same report from both but the timing column, and a rerun into the
+    sweep directory skips the finished runs."""
 
     from seq2seq.data.corpus import read_lines
 
     for side, lang in (("src", "en"), ("tgt", "de")):
         lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
         (tmp_path / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
-    sweep = tmp_path / "sweep"
     train = [sys.executable, "-m", "seq2seq.train", "-m", "+ablation=standard,swapped_cross"]
     overrides = few_pairs_overrides(tmp_path, tmp_path / "cache")
-    budget = ["trainer.max_epochs=2", "average_last=2", f"hydra.sweep.dir={sweep}"]
-    result = subprocess.run(
-        [*train, *overrides, *budget], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+    budget = ["trainer.max_epochs=2", "average_last=2", "threads=1"]
+    launchers = {"serial": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
+    tables = {}
+    for name, launcher in launchers.items():
+        sweep = tmp_path / name
+        command = [*train, *overrides, *budget, *launcher, f"hydra.sweep.dir={sweep}"]
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+        assert runs == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
+        summary = json.loads((sweep / runs[0] / "run_summary.json").read_text())
+        assert summary["seed"] == 1234 and summary["variant"] == "standard"
+        result = report(f"sweep={sweep}")
+        assert result.returncode == 0, result.stderr
+        table = (sweep / "ablation.md").read_text()
+        assert "Test set: test;" in table
+        header = [c.strip() for c in table.splitlines()[0][1:-1].split("|")]
+        timing = header.index("train min")
+        rows = table_rows(sweep / "ablation.md")
+        tables[name] = {k: v[:timing] + v[timing + 1 :] for k, v in rows.items()}
+    assert sorted(tables["serial"]) == ["standard", "swapped_cross"]
+    assert tables["joblib"] == tables["serial"]
+
+    summaries = {p: p.read_bytes() for p in (tmp_path / "joblib").glob("*/run_summary.json")}
+    command = [*train, *overrides, *budget, *launchers["joblib"], f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert runs == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
-    summary = json.loads((sweep / runs[0] / "run_summary.json").read_text())
-    assert summary["seed"] == 1234 and summary["variant"] == "standard"
-    result = report(f"sweep={sweep}")
-    assert result.returncode == 0, result.stderr
-    table = (sweep / "ablation.md").read_text()
-    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
-    assert sorted(row.split(" | ")[0] for row in rows) == ["| standard", "| swapped_cross"]
-    assert "Test set: test;" in table
+    assert result.stdout.count("finished already, skipped") == 2
+    assert {p: p.read_bytes() for p in summaries} == summaries

@@ -1,0 +1,224 @@
+"""Runs side by side (docs/sweeps.md): launcher choices and the missing-plugin message, threads
+per run, caches built once by processes racing on a cold cache (one of them killed mid-way),
+run directories held by one live process, and a sweep whose failed run does not stop the
+others."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import CONF_DIR, ROOT, few_pairs_overrides
+from hydra import compose, initialize_config_dir
+
+from seq2seq.cli import LAUNCHER_EXTRAS
+from seq2seq.concurrency import RunDirectory, build_lock, thread_budget, usable_cpus
+from seq2seq.errors import ConfigError
+
+LAUNCHERS = {
+    "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    "joblib": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "submitit_local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+    "submitit_slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+}
+
+
+@pytest.mark.parametrize("choice", sorted(LAUNCHERS))
+def test_every_launcher_choice_composes(choice: str) -> None:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[f"hydra/launcher={choice}", "experiment=ablation_cpu"],
+            return_hydra_config=True,
+        )
+    assert cfg.hydra.launcher._target_ == LAUNCHERS[choice]
+    assert set(LAUNCHER_EXTRAS) == set(LAUNCHERS) - {"basic"}
+
+
+def test_a_launcher_whose_plugin_is_missing_names_its_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from seq2seq.train import main
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if "joblib_launcher" in name else find_spec(name, *args),
+    )
+    monkeypatch.setattr(sys, "argv", ["train", "-m", "hydra/launcher=joblib", "seed=1,2"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 1
+    assert capsys.readouterr().err == (
+        "error: hydra/launcher=joblib needs the hydra-joblib-launcher plugin, an optional extra: "
+        'pip install "seq2seq[sweep]" (from a checkout: pip install -e ".[sweep]")\n'
+    )
+
+
+def test_threads_come_from_the_setting_then_the_launcher_then_the_cpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_budget(5) == 5
+    assert thread_budget(None) == 3  # what joblib grants each worker: cores / jobs
+    monkeypatch.setenv("OMP_NUM_THREADS", "")
+    assert thread_budget(None) == usable_cpus()
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from seq2seq.concurrency import RunDirectory
+RunDirectory(Path(sys.argv[1])).hold()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_live_runs_directory_is_refused_and_a_killed_ones_taken_again(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ConfigError, match=f"another live run \\(process {holder.pid}\\)"):
+            RunDirectory(tmp_path).hold()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # the kernel drops its lock with it
+        holder.wait()
+    directory = RunDirectory(tmp_path)
+    directory.hold()
+    directory.release()
+
+
+def test_train_refuses_a_run_directory_in_use(tmp_path: Path) -> None:
+    held = RunDirectory(tmp_path / "run")
+    held.hold()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "seq2seq.train", f"hydra.run.dir={tmp_path / 'run'}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        held.release()
+    assert result.returncode == 1
+    assert f"hydra.run.dir={tmp_path / 'run'}: another live run (process {os.getpid()})" in (
+        result.stderr
+    )
+
+
+def test_default_run_directories_differ_for_processes_started_in_the_same_second() -> None:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True)
+    assert cfg.hydra.run.dir.endswith(f"-{os.getpid()}")
+    assert cfg.hydra.sweep.dir.endswith(f"-{os.getpid()}")
+
+
+def test_build_lock_removes_what_a_killed_builder_left(tmp_path: Path) -> None:
+    target = tmp_path / "encoded" / "train-0123"
+    leftover = tmp_path / "encoded" / ".train-0123.x1y2.part"
+    (leftover / "src.npy").parent.mkdir(parents=True)
+    (leftover / "src.npy").write_bytes(b"half")
+    other = tmp_path / "encoded" / ".val-4567.x1y2.part"  # another key's: not this lock's
+    other.mkdir()
+    with build_lock(target):
+        assert not leftover.exists() and other.exists()
+
+
+def prepare_processes(shared_data: Path, cache: Path, count: int) -> list[subprocess.Popen]:
+    overrides = [
+        f"paths.data_dir={shared_data}",
+        f"paths.cache_dir={cache}",
+        "tokenizer.vocab_size=2000",
+        "threads=1",
+    ]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.prepare", *overrides],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+
+
+def built_by(processes: list[subprocess.Popen]) -> list[str]:
+    """What the processes say they built (`built: ...`) together, all of them having
+    succeeded: each may have built some of the parts while others waited."""
+    built = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+        said = out.rsplit("built: ", 1)[1].split(";")[0]
+        built += [] if said == "nothing (all from cache)" else said.split(", ")
+    return sorted(built)
+
+
+@pytest.mark.slow
+def test_processes_racing_on_a_cold_cache_build_it_once(shared_data: Path, tmp_path: Path) -> None:
+    built = built_by(prepare_processes(shared_data, tmp_path / "cache", 4))
+    assert built == ["test_2016_flickr", "tokenizer", "train", "val"]  # each part once
+    assert len(list((tmp_path / "cache" / "tokenizer").iterdir())) == 2  # the model, its lock
+    assert not list((tmp_path / "cache").rglob("*.part"))
+
+
+@pytest.mark.slow
+def test_a_builder_killed_mid_way_leaves_a_cache_the_next_runs_finish(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    (first,) = prepare_processes(shared_data, cache, 1)
+    deadline = time.monotonic() + 300
+    while not list((cache / "encoded").glob(".multi30k-train-*.part")):  # encoding the split
+        assert first.poll() is None and time.monotonic() < deadline, "never began encoding"
+        time.sleep(0.005)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert list((cache / "encoded").glob(".multi30k-train-*.part"))  # what it left
+    built = built_by(prepare_processes(shared_data, cache, 3))
+    assert built == ["test_2016_flickr", "train", "val"]  # the tokenizer came before the kill
+    assert not list(cache.rglob("*.part"))
+    counts = json.loads(next((cache / "encoded").glob("multi30k-train-*/counts.json")).read_text())
+    assert counts["total"] == 29000
+
+
+def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """The first job's config cannot work (3 heads do not divide transformer_tiny's d_model
+    64); the second still trains, and the failure is recorded for the report."""
+    from seq2seq.data.corpus import read_lines
+
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
+        (tmp_path / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "-m",
+        *few_pairs_overrides(tmp_path, tmp_path / "cache"),
+        "model.heads=3,2",
+        "trainer.max_epochs=1",
+        "average_last=0",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+    ]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    failed = (tmp_path / "sweep" / "0" / "failed.txt").read_text()
+    assert failed.startswith("ConfigError: config key 'model.heads'")
+    assert (tmp_path / "sweep" / "1" / "run_summary.json").is_file()
+    assert not (tmp_path / "sweep" / "1" / "failed.txt").exists()
