@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from seq2seq.concurrency import FAILED_FILE
 from seq2seq.config import CONF_DIR, RootConfig, validate_config
-from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.errors import ConfigError, Seq2SeqError, Stopped
 from seq2seq.io import atomic_path
 
 log = logging.getLogger("seq2seq")
@@ -76,6 +76,10 @@ def entrypoint(
             failed.unlink(missing_ok=True)
             try:
                 task(validate_config(cfg, schema))
+            except Stopped as e:  # Ctrl-C or SIGTERM: the sweep stops too; a rerun resumes
+                log.error("%s", e)
+                print(f"error: {e}", file=sys.stderr)
+                sys.exit(1)
             except Exception as e:  # recorded; Hydra runs the other jobs, then reports it
                 with atomic_path(failed) as tmp:
                     tmp.write_text(f"{type(e).__name__}: {e}\n")

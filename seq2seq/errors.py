@@ -21,6 +21,11 @@ class TrainingError(Seq2SeqError):
     """Training cannot go on (non-finite values), or was stopped by a signal."""
 
 
+class Stopped(TrainingError):
+    """Ctrl-C or SIGTERM stopped training after saving a checkpoint: a sweep stops with it
+    (its rerun resumes), where a failed run lets the sweep go on."""
+
+
 def require(ok: bool, key: str, message: str) -> None:
     """Raise a ConfigError naming the config `key` unless `ok`: the one format of such errors."""
     if not ok:

@@ -147,6 +147,7 @@ def old_config() -> dict:
     del config["decoding"]["nbest"]  # added since
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"]
+    del config["threads"]
     return config
 
 

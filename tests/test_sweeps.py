@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF_DIR, ROOT, few_pairs_overrides
+from helpers import CONF_DIR, ROOT, compose_config, few_pairs_overrides
 from hydra import compose, initialize_config_dir
 
 from seq2seq.cli import LAUNCHER_EXTRAS
 from seq2seq.concurrency import RunDirectory, build_lock, thread_budget, usable_cpus
+from seq2seq.config import config_to_dict, load_config
 from seq2seq.errors import ConfigError
 
 LAUNCHERS = {
@@ -61,6 +62,15 @@ def test_a_launcher_whose_plugin_is_missing_names_its_extra(
         "error: hydra/launcher=joblib needs the hydra-joblib-launcher plugin, an optional extra: "
         'pip install "seq2seq[sweep]" (from a checkout: pip install -e ".[sweep]")\n'
     )
+
+
+def test_a_config_from_before_threads_still_loads() -> None:
+    saved = config_to_dict(compose_config(["threads=2"]))
+    del saved["threads"]
+    assert load_config(saved).threads is None  # the launcher's share, as before the key
+    assert compose_config(["threads=2"]).threads == 2
+    with pytest.raises(ConfigError, match="config key 'threads': must be >= 1"):
+        compose_config(["threads=0"])
 
 
 def test_threads_come_from_the_setting_then_the_launcher_then_the_cpus(

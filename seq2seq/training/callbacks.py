@@ -10,7 +10,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from seq2seq.analysis.learning_curves import metrics_files, plot_learning_curve
-from seq2seq.errors import TrainingError
+from seq2seq.errors import Stopped
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class GracefulStop(pl.Callback):
         for logger in trainer.loggers:
             logger.save()
         self._restore()
-        raise TrainingError(self.stop_message)
+        raise Stopped(self.stop_message)
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
         self._stop(trainer)
