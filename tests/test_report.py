@@ -120,7 +120,7 @@ def test_runs_without_validation_bleu_and_empty_sweeps_are_named(tmp_path: Path)
     result = report(f"runs=[{empty}]")
     assert result.returncode == 1 and f"{empty}/metrics.csv has no val/bleu" in result.stderr
     result = report(f"sweep={tmp_path}")
-    assert result.returncode == 1 and f"no run directories (*/.hydra) under {tmp_path}" in (
+    assert result.returncode == 1 and f"no finished runs (*/run_summary.json) under {tmp_path}" in (
         result.stderr
     )
 

@@ -204,22 +204,30 @@ def test_a_builder_killed_mid_way_leaves_a_cache_the_next_runs_finish(
     assert counts["total"] == 29000
 
 
+def sweep_of_few_pairs(shared_data: Path, directory: Path) -> list[str]:
+    """`python -m seq2seq.train -m` and the overrides of a tiny model on 40 Multi30k pairs
+    written to `directory`."""
+    from seq2seq.data.corpus import read_lines
+
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
+        (directory / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
+    return [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "-m",
+        *few_pairs_overrides(directory, directory / "cache"),
+    ]
+
+
 def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
     shared_data: Path, tmp_path: Path
 ) -> None:
     """The first job's config cannot work (3 heads do not divide transformer_tiny's d_model
     64); the second still trains, and the failure is recorded for the report."""
-    from seq2seq.data.corpus import read_lines
-
-    for side, lang in (("src", "en"), ("tgt", "de")):
-        lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
-        (tmp_path / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
     command = [
-        sys.executable,
-        "-m",
-        "seq2seq.train",
-        "-m",
-        *few_pairs_overrides(tmp_path, tmp_path / "cache"),
+        *sweep_of_few_pairs(shared_data, tmp_path),
         "model.heads=3,2",
         "trainer.max_epochs=1",
         "average_last=0",
@@ -232,3 +240,27 @@ def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
     assert failed.startswith("ConfigError: config key 'model.heads'")
     assert (tmp_path / "sweep" / "1" / "run_summary.json").is_file()
     assert not (tmp_path / "sweep" / "1" / "failed.txt").exists()
+
+
+def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """hydra/launcher=submitit_local: the submitit path (as on SLURM) without a cluster."""
+    command = [
+        *sweep_of_few_pairs(shared_data, tmp_path),
+        "hydra/launcher=submitit_local",
+        "trainer.max_epochs=1",
+        "average_last=0",
+        "threads=1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = tmp_path / "sweep" / "0_standard_seed1234" / "run_summary.json"
+    written = summary.read_bytes()
+    assert json.loads(written)["steps"] > 0
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (tmp_path / "sweep" / "0_standard_seed1234" / "train.log").read_text()
+    assert "has finished (run_summary.json): skipped" in log
+    assert summary.read_bytes() == written

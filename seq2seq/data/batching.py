@@ -11,8 +11,8 @@ middle of an epoch resumes with the next batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, overload
 
 import numpy as np
 import torch
@@ -75,38 +75,101 @@ class EpochSeededSampler(Sampler[int]):
         return self.size
 
 
-def _cut(order: np.ndarray, size: np.ndarray, max_tokens: int) -> list[list[int]]:
-    """Cut `order` into consecutive batches with len(batch) * max(size) <= max_tokens."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order.tolist():
-        grown = max(longest, int(size[i]))
-        if current and grown * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, grown = [], int(size[i])
-        current.append(i)
-        longest = grown
-    if current:
-        batches.append(current)
-    return batches
+class BatchList(Sequence[list[int]]):
+    """Batches of pair indices held compactly: batch k is `indices[offsets[k]:offsets[k + 1]]`.
+
+    Two flat arrays instead of a list of lists of Python ints: at 2M pairs the lists took about
+    130 MB per process (an int object and a pointer per pair), these take 8 MB (4 bytes per pair
+    in int32). A batch becomes a list of ints only when it is served.
+    """
+
+    def __init__(self, indices: np.ndarray, offsets: np.ndarray) -> None:
+        self.indices, self.offsets = indices, offsets
+
+    @classmethod
+    def gather(cls, order: np.ndarray, offsets: np.ndarray, chosen: np.ndarray) -> BatchList:
+        """The batches `chosen` (their numbers, in the order given) of the batches that cut
+        `order` at `offsets`, copied into arrays of their own."""
+        starts, lengths = offsets[chosen], offsets[chosen + 1] - offsets[chosen]
+        new_offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        positions = np.arange(new_offsets[-1], dtype=np.int64)
+        positions += np.repeat(starts - new_offsets[:-1], lengths)
+        dtype = np.int32 if len(order) <= np.iinfo(np.int32).max else np.int64
+        return cls(order[positions].astype(dtype, copy=False), new_offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def array(self, k: int) -> np.ndarray:
+        """Batch `k` as an array (a view)."""
+        return self.indices[self.offsets[k] : self.offsets[k + 1]]
+
+    @overload
+    def __getitem__(self, k: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> BatchList: ...
+
+    def __getitem__(self, k: int | slice) -> list[int] | BatchList:
+        if isinstance(k, slice):
+            chosen = np.arange(len(self), dtype=np.int64)[k]
+            return BatchList.gather(self.indices, self.offsets, chosen)
+        if not -len(self) <= k < len(self):
+            raise IndexError(f"batch {k} of {len(self)}")
+        return self.array(k % len(self)).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[list[int]]:
+        """The batches from number `start` on, as lists of ints."""
+        for k in range(start, len(self)):
+            yield self.array(k).tolist()
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
 
-def _split_until_divisible(batches: list[list[int]], parts: int) -> list[list[int]]:
-    """Halve the biggest batches until their number divides by `parts`: every process then
-    runs the same number of steps, and no pair is dropped or repeated."""
-    batches = list(batches)
-    while len(batches) % parts:
-        biggest = max(range(len(batches)), key=lambda i: len(batches[i]))
-        batch = batches[biggest]
-        if len(batch) < 2:
+_CUT_BLOCK = 1 << 16  # sizes turned into Python ints at a time by _cut
+
+
+def _cut(order: np.ndarray, size: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Cut `order` into consecutive batches with len(batch) * max(size) <= max_tokens; the
+    offsets of the batches in `order` (batch k is order[offsets[k]:offsets[k + 1]])."""
+    ends: list[int] = []
+    count = longest = 0
+    for first in range(0, len(order), _CUT_BLOCK):
+        block = size[order[first : first + _CUT_BLOCK]].tolist()
+        for position, s in enumerate(block, first):
+            grown = longest if longest > s else s
+            if count and grown * (count + 1) > max_tokens:
+                ends.append(position)
+                count, grown = 0, s
+            count += 1
+            longest = grown
+    if count:
+        ends.append(len(order))
+    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+    offsets[1:] = ends
+    return offsets
+
+
+def _split_until_divisible(offsets: np.ndarray, parts: int) -> np.ndarray:
+    """Halve the biggest batches (the first of the biggest) until their number divides by
+    `parts`: every process then runs the same number of steps, and no pair is dropped or
+    repeated. Batches are given and returned as offsets (see _cut)."""
+    while (len(offsets) - 1) % parts:
+        lengths = np.diff(offsets)
+        biggest = int(np.argmax(lengths))
+        if lengths[biggest] < 2:
             raise ConfigError(
-                f"trainer.devices: {len(batches)} batches of one pair each cannot be shared "
+                f"trainer.devices: {len(lengths)} batches of one pair each cannot be shared "
                 f"evenly by {parts} processes; use fewer processes or more training pairs"
             )
-        half = len(batch) // 2
-        batches[biggest : biggest + 1] = [batch[:half], batch[half:]]
-    return batches
+        half = int(lengths[biggest]) // 2
+        offsets = np.insert(offsets, biggest + 1, offsets[biggest] + half)
+    return offsets
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -115,6 +178,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     With `shuffle`, ties in length are broken and the batch order is drawn from the
     sampler's (seed, epoch); without, batches come in length order (evaluation). With
     `num_replicas` > 1 this process (`rank`) gets every num_replicas-th batch of the epoch.
+    Only this process's batches of the current epoch are kept, as a BatchList.
     """
 
     def __init__(
@@ -127,13 +191,15 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        # +1: EOS on the source; BOS (input) or EOS (output) on the target
-        self.src_size, self.tgt_size = src_lens + 1, tgt_lens + 1
+        # +1: EOS on the source; BOS (input) or EOS (output) on the target. int32: half the
+        # memory of the int64 lengths, and no sentence has 2**31 tokens
+        self.src_size = np.asarray(src_lens).astype(np.int32) + 1
+        self.tgt_size = np.asarray(tgt_lens).astype(np.int32) + 1
         self.size = np.maximum(self.src_size, self.tgt_size)
         self.max_tokens, self.shuffle = max_tokens, shuffle
         self.num_replicas, self.rank = num_replicas, rank
         self.sampler = EpochSeededSampler(len(self.size), seed)
-        self._cache: tuple[int, list[list[int]]] | None = None
+        self._cache: tuple[int, BatchList] | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, batches already served)
 
     def set_epoch(self, epoch: int) -> None:
@@ -143,25 +209,30 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def epoch(self) -> int:
         return self.sampler.epoch
 
-    def batches(self) -> list[list[int]]:
+    def batches(self) -> BatchList:
         """This process's batches of the current epoch."""
         epoch = self.sampler.epoch if self.shuffle else -1
         if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, self._make_batches()[self.rank :: self.num_replicas])
+            self._cache = None  # the previous epoch's batches go before the next are drawn
+            self._cache = (epoch, self._make_batches())
         return self._cache[1]
 
-    def _make_batches(self) -> list[list[int]]:
+    def _make_batches(self) -> BatchList:
         if not self.shuffle:
             order = np.lexsort((self.tgt_size, self.src_size))
-            return _split_until_divisible(
+            offsets = _split_until_divisible(
                 _cut(order, self.size, self.max_tokens), self.num_replicas
             )
-        rng = self.sampler.generator()
-        perm = rng.permutation(len(self.size))
-        order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]
-        batches = _cut(order, self.size, self.max_tokens)
-        batches = _split_until_divisible(batches, self.num_replicas)
-        return [batches[i] for i in rng.permutation(len(batches))]
+            chosen = np.arange(len(offsets) - 1, dtype=np.int64)
+        else:
+            rng = self.sampler.generator()
+            perm = rng.permutation(len(self.size))
+            order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]
+            del perm
+            offsets = _cut(order, self.size, self.max_tokens)
+            offsets = _split_until_divisible(offsets, self.num_replicas)
+            chosen = rng.permutation(len(offsets) - 1)
+        return BatchList.gather(order, offsets, chosen[self.rank :: self.num_replicas])
 
     def resume(self, epoch: int, served: int) -> None:
         """Make the next pass over `epoch` start after its first `served` batches."""
@@ -178,17 +249,22 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         # set_epoch, even when the iterator was created before it (as on a resume)
         start = self.resume_offset()
         self._resume = None
-        yield from self.batches()[start:]
+        yield from self.batches().iter_from(start)
 
     def __len__(self) -> int:
         return len(self.batches())
 
     def padding_fraction(self) -> float:
         """Share of pad tokens in all padded source and target tensors of one epoch."""
-        real = padded = 0
-        for batch in self.batches():
-            real += int(self.src_size[batch].sum() + self.tgt_size[batch].sum())
-            padded += len(batch) * int(self.src_size[batch].max() + self.tgt_size[batch].max())
+        batches = self.batches()
+        if not len(batches):
+            return 0.0
+        src, tgt = self.src_size[batches.indices], self.tgt_size[batches.indices]
+        starts = batches.offsets[:-1]
+        real = int(src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64))
+        longest = np.maximum.reduceat(src, starts).astype(np.int64)
+        longest += np.maximum.reduceat(tgt, starts)
+        padded = int((batches.lengths() * longest).sum())
         return 1.0 - real / padded if padded else 0.0
 
 
