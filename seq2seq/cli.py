@@ -36,7 +36,7 @@ def check_launcher(arguments: Sequence[str]) -> None:
     Checked before Hydra composes, which would fail with a listing of the installed ones."""
     for argument in arguments:
         key, _, choice = argument.lstrip("+~").partition("=")
-        if key.removeprefix("override ") != "hydra/launcher" or choice not in LAUNCHER_EXTRAS:
+        if key != "hydra/launcher" or choice not in LAUNCHER_EXTRAS:
             continue
         module, package, extra = LAUNCHER_EXTRAS[choice]
         if importlib.util.find_spec(module) is None:
@@ -64,27 +64,24 @@ def entrypoint(
         @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
         @functools.wraps(task)  # Hydra names the job (and its .log) after the task's module
         def run(cfg: DictConfig) -> None:
-            if not in_sweep():
-                try:
-                    task(validate_config(cfg, schema))
-                except Seq2SeqError as e:
-                    log.error("%s", e)
-                    print(f"error: {e}", file=sys.stderr)
-                    sys.exit(1)
-                return
             failed = Path(HydraConfig.get().runtime.output_dir) / FAILED_FILE
-            failed.unlink(missing_ok=True)
+            if in_sweep():
+                failed.unlink(missing_ok=True)
             try:
                 task(validate_config(cfg, schema))
-            except Stopped as e:  # Ctrl-C or SIGTERM: the sweep stops too; a rerun resumes
+            except Exception as e:
+                # in a sweep, recorded: Hydra runs the other jobs, then reports it; but Ctrl-C
+                # or SIGTERM (Stopped) stops the sweep too, and a rerun resumes
+                if in_sweep() and not isinstance(e, Stopped):
+                    with atomic_path(failed) as tmp:
+                        tmp.write_text(f"{type(e).__name__}: {e}\n")
+                    log.error("run failed: %s", e)
+                    raise
+                if not isinstance(e, Seq2SeqError):
+                    raise
                 log.error("%s", e)
                 print(f"error: {e}", file=sys.stderr)
                 sys.exit(1)
-            except Exception as e:  # recorded; Hydra runs the other jobs, then reports it
-                with atomic_path(failed) as tmp:
-                    tmp.write_text(f"{type(e).__name__}: {e}\n")
-                log.error("run failed: %s", e)
-                raise
 
         @functools.wraps(task)
         def main() -> None:

@@ -264,3 +264,25 @@ def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
     log = (tmp_path / "sweep" / "0_standard_seed1234" / "train.log").read_text()
     assert "has finished (run_summary.json): skipped" in log
     assert summary.read_bytes() == written
+
+
+def test_data_parallel_training_inside_a_joblib_sweep_is_refused(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "-m",
+        "hydra/launcher=joblib",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+    ]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    failed = (tmp_path / "sweep" / "0" / "failed.txt").read_text()
+    assert failed.startswith(
+        "ConfigError: trainer: data-parallel training (strategy, devices or num_nodes) cannot "
+        "run inside hydra/launcher=joblib"
+    )
+    assert not (tmp_path / "sweep" / "0" / "checkpoints").exists()  # refused before training

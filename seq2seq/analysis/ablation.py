@@ -165,16 +165,19 @@ def expected_jobs(sweep: Path) -> dict[int, str]:
     return {number: " ".join(job) for number, job in enumerate(varying)}
 
 
-def not_finished(sweep: Path, directories: list[Path]) -> list[str]:
-    """The sweep's runs without a summary: failed (with the error), unfinished, never started."""
+def not_finished(sweep: Path, directories: list[Path], finished: list[Path]) -> list[str]:
+    """The sweep's runs (`directories`) not `finished`: failed (with the error), unfinished;
+    and the jobs that never started."""
     text = []
     for directory in directories:
+        if directory in finished:
+            continue
         failed = directory / FAILED_FILE
         if failed.is_file():
             text.append(f"{directory.name}: failed ({failed.read_text().strip()})")
         else:
             text.append(f"{directory.name}: did not finish (still running, or stopped)")
-    started = {hydra_record(d.parent).get("job", {}).get("num") for d in sweep.glob("*/.hydra")}
+    started = {hydra_record(d).get("job", {}).get("num") for d in directories}
     for number, overrides in expected_jobs(sweep).items():
         if number not in started:
             text.append(f"job {number} ({overrides}): never started")
@@ -405,7 +408,7 @@ def ablation_report(
     sweep directory); return the Markdown file."""
     directories = sorted(p.parent for p in sweep.glob("*/.hydra"))
     finished = [d for d in directories if (d / "run_summary.json").is_file()]
-    missing = not_finished(sweep, [d for d in directories if d not in finished])
+    missing = not_finished(sweep, directories, finished)
     if not finished:
         listing = "".join(f"\n  {line}" for line in missing)
         raise DataError(
