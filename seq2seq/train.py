@@ -13,7 +13,6 @@ import json
 import logging
 import shlex
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -32,11 +31,9 @@ from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
-from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.evaluate import evaluate_checkpoint
 from seq2seq.io import atomic_path
-from seq2seq.metrics import bleu
 from seq2seq.training.callbacks import (
     FlushMetricsWithCheckpoints,
     GracefulStop,
@@ -44,6 +41,7 @@ from seq2seq.training.callbacks import (
     ValidateAtMaxSteps,
 )
 from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
+from seq2seq.training.final_checkpoint import choose_final
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.precision import resolve_precision
 
@@ -227,15 +225,6 @@ def average_last(checkpoints: Path, k: int) -> Path | None:
     return output
 
 
-def validation_bleu(config: RootConfig, data: TranslationDataModule, ckpt: Path) -> float:
-    """Greedy BLEU of a checkpoint on the validation split, as validation computes it."""
-    trained = load_trained(ckpt)
-    greedy = replace(config.decoding, beam_size=1)
-    translator = Translator(trained.model, trained.tokenizer, greedy, default_device())
-    sources, references = data.raw_pairs(config.data.val_split)
-    return bleu(translator.translate(sources), references)
-
-
 def train(config: RootConfig, run_dir: Path) -> dict | None:
     """Fit and average; return a summary naming the checkpoint to use (averaged/best/last).
 
@@ -272,20 +261,15 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     if not trainer.is_global_zero:
         return None
     checkpoints = run_dir / "checkpoints"
-    final = Path(best.best_model_path or checkpoints / "last.ckpt")
+    candidates = {"best": Path(best.best_model_path)} if best.best_model_path else {}
+    if not candidates:  # no validation ran
+        candidates["last"] = checkpoints / "last.ckpt"
     averaged = average_last(checkpoints, config.average_last) if config.average_last else None
-    if averaged is not None and best.best_model_score is not None:
-        # averaging helps near convergence and can hurt while the model still improves fast:
-        # keep whichever scores higher on validation (never on test)
-        averaged_bleu = validation_bleu(config, data, averaged)
-        log.info(
-            "validation BLEU (greedy): averaged %.2f, best %.2f",
-            averaged_bleu,
-            float(best.best_model_score),
-        )
-        if averaged_bleu >= float(best.best_model_score):
-            final = averaged
-    log.info("final checkpoint: %s", final)
+    if averaged is not None:
+        candidates["averaged"] = averaged
+    sources, references = data.raw_pairs(config.data.val_split)
+    final = choose_final(candidates, config.decoding, sources, references)
+    log.info("final checkpoint: %s (%s)", final.path, final.reason)
     metrics = trainer.callback_metrics
     return {
         "variant": config.model.attention.name,
@@ -298,7 +282,8 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
         "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
         "skipped_steps": module.skipped_steps,
-        "final_checkpoint": str(final),
+        "final_checkpoint": str(final.path),
+        "final_checkpoint_choice": final.summary(),
     }
 
 

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.model.config import Score
+from seq2seq.model.dropout import dropout
 
 # SDPA kernels where torch's own choice was measured slower (docs/performance.md). In bf16 on a
 # CPU, while training: the flash kernel's backward dominates our step and the math kernel trains
@@ -131,19 +132,19 @@ class MultiHeadAttention(nn.Module):
 
         `mask` is boolean, broadcastable to (B, h, Tq, Tk), True where attention is allowed.
         """
-        dropout = self.dropout if self.training else 0.0
         if not need_weights and self.score != Score.additive:  # torch's fused kernel
             scale = None if self.score == Score.scaled_dot else 1.0
+            p = self.dropout if self.training else 0.0
             with kernel_choice(q):
                 out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+                    q, k, v, attn_mask=mask, dropout_p=p, scale=scale
                 )
             return out, None
         scores = self.scores(q, k)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)
-        return F.dropout(weights, dropout, self.training) @ v, weights
+        return dropout(weights, self.dropout, self.training) @ v, weights
 
     def attend_prefixes(
         self, q: Tensor, k: Tensor, v: Tensor, need_weights: bool = False
@@ -157,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         scores = self.scores(q, k)[:, :, None]  # (B, h, 1, Tq, T)
         scores = scores.masked_fill(~prefix[:, None, :], float("-inf"))  # (B, h, T, Tq, T)
         weights = scores.softmax(dim=-1)
-        out = F.dropout(weights, self.dropout, self.training) @ v[:, :, None]
+        out = dropout(weights, self.dropout, self.training) @ v[:, :, None]
         return out, weights if need_weights else None
 
     def static_cache(self, key_value: Tensor, repeat: int = 1) -> KVCache:

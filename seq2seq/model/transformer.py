@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.config import ModelConfig, Norm, Positions, Stream
+from seq2seq.model.dropout import Dropout
 from seq2seq.model.loss import label_smoothed_cross_entropy
 from seq2seq.model.sites import AttentionSite, SiteCache
 
@@ -45,7 +46,7 @@ class Embedding(nn.Module):
         else:
             table = sinusoidal_positions(config.max_len, config.d_model)
             self.register_buffer("sinusoid", table, persistent=False)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
@@ -58,7 +59,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.expand = nn.Linear(config.d_model, config.ffn_dim)
         self.contract = nn.Linear(config.ffn_dim, config.d_model)
-        self.activation_dropout = nn.Dropout(config.activation_dropout)
+        self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.contract(self.activation_dropout(F.relu(self.expand(x))))
@@ -72,7 +73,7 @@ class Residual(nn.Module):
     def __init__(self, config: ModelConfig, residual: bool = True) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm == Norm.pre
         self.residual = residual
 
