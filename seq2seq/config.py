@@ -480,6 +480,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     model = saved["model"]
     upgraded["model"] = {
         "block": copy.deepcopy(EVERY_SUBLAYER),
+        "token_replacement": 0.0,
         **model,
         "attention": {"layers": [], **model["attention"]},
     }

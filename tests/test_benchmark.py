@@ -53,3 +53,73 @@ def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) ->
         assert same >= 0.9 * total
     assert "| ours fp32 |" in result.stdout
     assert "greedy with cache gives the no-cache outputs (first batch): yes" in result.stdout
+
+
+@pytest.mark.slow
+def test_step_benchmark_runs_each_checkout_in_its_own_process(
+    multi30k_config, tmp_path: Path
+) -> None:
+    results_path = tmp_path / "step.json"
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "step_benchmark.py"),
+        "--rounds=2",
+        "--steps=2",
+        "--profile",
+        f"--json={results_path}",
+        f"a={ROOT}",
+        f"b={ROOT}",
+        "--",
+        f"paths.data_dir={multi30k_config.paths.data_dir}",
+        f"paths.cache_dir={multi30k_config.paths.cache_dir}",
+        "model=transformer_tiny",
+        "trainer.precision=32-true",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(results_path.read_text())
+    assert results["checkouts"] == {"a": str(ROOT), "b": str(ROOT)}
+    for rounds in results["rounds"].values():
+        assert len(rounds) == 2 and all(r["tok_s"] > 0 for r in rounds)
+        assert rounds[0]["code"] == str(ROOT / "seq2seq") and rounds[0]["precision"] == "32-true"
+        shares = [row["share"] for row in rounds[0]["operators"]]
+        assert shares and shares == sorted(shares, reverse=True) and sum(shares) <= 1
+        assert "aten::mm" in {row["operator"] for row in rounds[0]["operators"]}
+        assert rounds[1]["operators"] == []  # profiled in round 1 only
+    assert len(results["ratios"]) == 2
+    assert "b/a per round" in result.stdout
+
+
+def test_step_benchmark_needs_two_checkouts() -> None:
+    command = [sys.executable, str(ROOT / "scripts" / "step_benchmark.py"), f"a={ROOT}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "give two checkouts" in result.stderr
+
+
+def test_time_split_counts_each_sample_once_under_its_most_specific_part(tmp_path: Path) -> None:
+    stacks = tmp_path / "stacks.txt"
+    stacks.write_text(
+        "main;_EvaluationLoop.run (x.py:1);greedy_search (search.py:9) 7\n"
+        "main;_EvaluationLoop.run (x.py:1);TranslationModule.loss (module.py:3) 2\n"
+        "main;training_step (m.py:5);_chunked_loss (loss.py:50) 5\n"
+        "main;backward (torch/_tensor.py:1);_PackedDropout.backward (dropout.py:40) 3\n"
+        "main;backward (torch/_tensor.py:1) 4\n"
+        "main;_RefreshThread.run (rich.py:83) 1\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "time_split.py"), str(stacks)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {line[16:]: int(line[8:14]) for line in result.stdout.splitlines()[:-1]}
+    assert rows == {
+        "validation: greedy decoding": 7,
+        "training: loss (fused output projection + cross-entropy)": 5,
+        "training: backward": 4,
+        "training: dropout masks": 3,
+        "validation: loss and BLEU": 2,
+        "other": 1,
+    }
+    assert result.stdout.splitlines()[-1] == "22 samples"

@@ -210,6 +210,8 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
 ) -> None:
     path = write_old_checkpoint(tmp_path / "old.ckpt", 0, sentencepiece)
     trained = load_trained(path)
+    assert "token_replacement" not in OLD_MODEL_CONFIG
+    assert trained.config.model.token_replacement == 0.0  # written before the key existed
     direct = direct_model(old_weights(0))
     src, tgt = batch()
     with torch.no_grad():

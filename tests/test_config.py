@@ -106,6 +106,7 @@ def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -
         (["data.max_tokens=lots"], "data.max_tokens", "could not be converted"),
         (["model.heads=3"], "model.heads", "not divisible"),
         (["model.encoder_layers=0"], "model.encoder_layers", ">= 1"),
+        (["model.token_replacement=1.0"], "model.token_replacement", "must be in [0, 1)"),
         (["data.src_lang=xx"], "data.src_lang", "unknown language 'xx'"),
         (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),
         (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),

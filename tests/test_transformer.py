@@ -11,7 +11,7 @@ from helpers import SPECIAL_IDS, config_of, random_batch
 
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.config import ModelConfig, Norm, Positions
-from seq2seq.model.transformer import Transformer
+from seq2seq.model.transformer import Transformer, replace_tokens
 
 VOCAB = 40
 
@@ -126,3 +126,32 @@ def test_parameter_count_matches_the_architecture() -> None:
         + 2 * norm  # final norms of pre-LN
     )
     assert sum(p.numel() for p in model.parameters()) == expected  # about 63M; the paper: 65M
+
+
+def test_token_replacement_keeps_specials_and_draws_ordinary_tokens() -> None:
+    first = max(SPECIAL_IDS.values()) + 1
+    ids = torch.randint(first, VOCAB, (200, 50))
+    ids[:, 0], ids[:, -1], ids[:, -10:-1] = SPECIAL_IDS["bos_id"], SPECIAL_IDS["eos_id"], PAD_ID
+    torch.manual_seed(0)
+    replaced = replace_tokens(ids, 0.25, first, VOCAB)
+    assert torch.equal(replaced[:, [0, *range(-10, 0)]], ids[:, [0, *range(-10, 0)]])
+    changed = (replaced != ids)[:, 1:-10].double().mean().item()
+    # a replacement draws the token it replaces once in VOCAB - first times
+    expected = 0.25 * (1 - 1 / (VOCAB - first))
+    assert abs(changed - expected) < 0.01
+    assert replaced.min() >= 0 and replaced[:, 1:-10].min() >= first and replaced.max() < VOCAB
+
+
+def test_token_replacement_acts_in_training_only() -> None:
+    model = tiny(token_replacement=0.5)
+    src, tgt = batch()
+    torch.manual_seed(1)
+    clean = tiny()(src, tgt)
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt), clean)  # eval(): no replacement
+        model.train()
+        torch.manual_seed(1)
+        noisy = model(src, tgt)
+        torch.manual_seed(1)
+        assert torch.equal(model(src, tgt), noisy)  # drawn from torch's seed
+    assert not torch.allclose(noisy, clean)

@@ -221,6 +221,7 @@ class ModelConfig:
     dropout: float
     attention_dropout: float
     activation_dropout: float
+    token_replacement: float  # in training, the chance that an input token becomes a random one
     positions: Positions
     norm: Norm
     tie_embeddings: bool
@@ -285,6 +286,6 @@ class ModelConfig:
             "model.heads",
             f"model.d_model={self.d_model} is not divisible by model.heads={self.heads}",
         )
-        for key in ("dropout", "attention_dropout", "activation_dropout"):
+        for key in ("dropout", "attention_dropout", "activation_dropout", "token_replacement"):
             value = getattr(self, key)
             require(0.0 <= value < 1.0, f"model.{key}", f"must be in [0, 1), got {value}")

@@ -35,12 +35,23 @@ def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     return table  # (L, d_model)
 
 
-class Embedding(nn.Module):
-    """Token embedding x sqrt(d_model) plus positions, then dropout."""
+def replace_tokens(ids: Tensor, p: float, first_ordinary: int, vocab: int) -> Tensor:
+    """Each ordinary token replaced, with probability p, by one drawn uniformly from the
+    ordinary tokens (Takase and Kiyono 2021's Rep(Uni)); padding, BOS and EOS stay."""
+    chosen = (torch.rand(ids.shape, device=ids.device) < p) & (ids >= first_ordinary)
+    drawn = torch.randint(first_ordinary, vocab, ids.shape, device=ids.device)
+    return torch.where(chosen, drawn, ids)
 
-    def __init__(self, tokens: nn.Embedding, config: ModelConfig) -> None:
+
+class Embedding(nn.Module):
+    """Token embedding x sqrt(d_model) plus positions, then dropout. In training, input tokens
+    are first replaced at random (`model.token_replacement`); ids from `first_ordinary` up are
+    ordinary tokens, those below it special."""
+
+    def __init__(self, tokens: nn.Embedding, config: ModelConfig, first_ordinary: int) -> None:
         super().__init__()
         self.tokens, self.scale = tokens, math.sqrt(config.d_model)
+        self.replacement, self.first_ordinary = config.token_replacement, first_ordinary
         if config.positions == Positions.learned:
             self.learned = nn.Embedding(config.max_len, config.d_model)
         else:
@@ -49,6 +60,9 @@ class Embedding(nn.Module):
         self.dropout = Dropout(config.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        if self.training and self.replacement > 0:
+            vocab = self.tokens.num_embeddings
+            ids = replace_tokens(ids, self.replacement, self.first_ordinary, vocab)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         table = self.learned(positions) if hasattr(self, "learned") else self.sinusoid[positions]
         return self.dropout(self.tokens(ids) * self.scale + table)  # (B, T, d)
@@ -278,8 +292,9 @@ class Transformer(nn.Module):
             if tie_source
             else nn.Embedding(src_vocab, config.d_model, padding_idx=pad_id)
         )
-        self.src_embedding = Embedding(src_tokens, config)
-        self.tgt_embedding = Embedding(tgt_tokens, config)
+        first_ordinary = max(pad_id, bos_id, eos_id) + 1
+        self.src_embedding = Embedding(src_tokens, config, first_ordinary)
+        self.tgt_embedding = Embedding(tgt_tokens, config, first_ordinary)
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(config, layer) for layer in range(config.encoder_layers)
         )

@@ -78,9 +78,8 @@ def choose_final(
     """The final checkpoint among `averaged` (if any) and `best` or `last`."""
     other = "best" if "best" in candidates else "last"
     if "averaged" not in candidates:
-        return FinalChoice(
-            other, candidates[other], "one candidate: no average (average_last < 2, or fewer than 2 epochs)"
-        )
+        reason = "one candidate: no average (average_last < 2, or fewer than 2 epochs)"
+        return FinalChoice(other, candidates[other], reason)
     measure = f"validation BLEU, {decoding_description(decoding)}, fp32"
     outputs = {name: translate(candidates[name], decoding, sources) for name in ("averaged", other)}
     scores = {name: round(bleu(texts, references), 2) for name, texts in outputs.items()}

@@ -1,0 +1,176 @@
+"""Our training step in two checkouts, in turn: what a change to the step buys.
+
+    python scripts/step_benchmark.py [--rounds 5] [--steps 40] [--json FILE] \
+        NAME=CHECKOUT NAME=CHECKOUT [-- config overrides ...]
+    python scripts/step_benchmark.py before=/tmp/base after=. -- \
+        experiment=multi30k_cpu_1h_wu2021 paths.data_dir=../shared/data
+
+Each round runs one fresh process per checkout (seq2seq imported from that checkout, the
+harness from this one): the config as `seq2seq.train` composes it, the first training batches
+of an epoch (scripts/bench), the model, loss and AdamW of `seq2seq.train` in the precision
+`trainer.precision=auto` picks, 5 untimed steps, then `--steps` timed ones. Target tokens/s
+per round and checkout; the median of each and of the per-round ratios to the first checkout.
+Rounds alternate the checkouts because the machine may drift; still, run it alone.
+`--weights CKPT` starts every process from a trained checkpoint of the same config (a step late
+in a run rather than at initialisation). `--profile`: round 1 also runs the timed steps again
+under torch.profiler and lists the operators with the most self CPU time (where the step goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+WARMUP = 5
+
+
+def top_operators(profile: torch.profiler.profile, count: int = 15) -> list[dict]:
+    """The operators that took the most self CPU time, with their share of the total."""
+    events = sorted(profile.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [
+        {"operator": e.key, "share": e.self_cpu_time_total / total, "calls": e.count}
+        for e in events[:count]
+    ]
+
+
+def measure(overrides: list[str], steps: int, profile: bool, weights: Path | None) -> dict:
+    """One process's figure: target tokens/s over `steps` steps (seq2seq from sys.path)."""
+    from bench.data import load_config, load_workload
+    from bench.models import build_ours
+
+    from seq2seq.concurrency import thread_budget
+    from seq2seq.training.optim import adamw
+    from seq2seq.training.precision import resolve_precision
+
+    config = load_config(overrides)
+    torch.set_num_threads(thread_budget(config.threads))
+    torch.manual_seed(config.seed)
+    device = torch.device("cpu")
+    workload = load_workload(config, device, WARMUP + steps, 1)
+    system = build_ours(config, workload.tokenizer, device)
+    if weights is not None:  # a trained model, as late in a run: its activations differ
+        from seq2seq.decoding.checkpoint import read_checkpoint
+
+        system.model.load_state_dict(read_checkpoint(weights)["state_dict"])
+    system.model.train()
+    mixed = resolve_precision(config.trainer).precision == "bf16-mixed"
+    optimizer = adamw(system.model, config.optim, mixed_precision=mixed)
+    clip = config.trainer.get("gradient_clip_val") or float("inf")
+
+    def step(batch) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            loss = system.loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(system.model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for batch in workload.batches[:WARMUP]:
+        step(batch)
+    timed = workload.batches[WARMUP:]
+    start = time.perf_counter()
+    for batch in timed:
+        step(batch)
+    seconds = time.perf_counter() - start
+    tokens = sum(batch.tgt_tokens for batch in timed)
+    operators = []
+    if profile:  # the same steps again, under torch.profiler (slower: not the timed figure)
+        with torch.profiler.profile() as profiler:
+            for batch in timed:
+                step(batch)
+        operators = top_operators(profiler)
+    import seq2seq
+
+    return {
+        "tok_s": tokens / seconds,
+        "operators": operators,
+        "precision": "bf16-mixed" if mixed else "32-true",
+        "code": str(Path(seq2seq.__file__).parent),
+    }
+
+
+def run_child(
+    checkout: Path, overrides: list[str], steps: int, profile: bool, weights: Path | None
+) -> dict:
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(checkout.resolve()), str(HERE)]),
+    }
+    command = [sys.executable, __file__, "--child", "--steps", str(steps)]
+    command += [*(["--profile"] if profile else [])]
+    command += [*([f"--weights={weights.resolve()}"] if weights else []), "--", *overrides]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{checkout}: the step failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkouts", nargs="*", help="NAME=DIRECTORY, two of them")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile each checkout's steps in round 1"
+    )
+    parser.add_argument(
+        "--weights", type=Path, help="start from this checkpoint's parameters (same config)"
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
+    overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.child:
+        print(json.dumps(measure(overrides, args.steps, args.profile, args.weights)))
+        return
+    named = dict(item.split("=", 1) for item in args.checkouts)
+    if len(named) != 2:
+        parser.error("give two checkouts, NAME=DIRECTORY NAME=DIRECTORY")
+    results: dict[str, list[dict]] = {name: [] for name in named}
+    for round_ in range(args.rounds):
+        for name, checkout in named.items():
+            profile = args.profile and round_ == 0
+            result = run_child(Path(checkout), overrides, args.steps, profile, args.weights)
+            results[name].append(result)
+            print(f"round {round_ + 1} {name}: {results[name][-1]['tok_s']:,.0f} tok/s")
+    first, second = named
+    ratios = [b["tok_s"] / a["tok_s"] for a, b in zip(results[first], results[second], strict=True)]
+    summary = {
+        name: statistics.median(r["tok_s"] for r in rounds) for name, rounds in results.items()
+    }
+    print(
+        f"median target tok/s: {first} {summary[first]:,.0f}, {second} {summary[second]:,.0f}; "
+        f"{second}/{first} per round: median {statistics.median(ratios):.3f} "
+        f"({', '.join(f'{r:.3f}' for r in ratios)}); precision {results[first][0]['precision']}"
+    )
+    for name, rounds in results.items():
+        for row in rounds[0]["operators"]:
+            print(f"{name}: {row['share']:6.1%} {row['calls']:6d} calls  {row['operator']}")
+    if args.json:
+        from bench.report import environment, write_json
+
+        write_json(
+            args.json,
+            {
+                "environment": environment("step_benchmark.py", sys.argv[1:]),
+                "checkouts": named,
+                "rounds": results,
+                "median_tok_s": summary,
+                "ratios": ratios,
+            },
+        )
+
+
+if __name__ == "__main__":
+    main()
