@@ -47,9 +47,9 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
     """One process's figure: target tokens/s over `steps` steps (seq2seq from sys.path)."""
     from bench.data import load_config, load_workload
     from bench.models import build_ours
+    from bench.training import train_step
 
     from seq2seq.concurrency import thread_budget
-    from seq2seq.training.optim import adamw
     from seq2seq.training.precision import resolve_precision
 
     config = load_config(overrides)
@@ -64,16 +64,11 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         system.model.load_state_dict(read_checkpoint(weights)["state_dict"])
     system.model.train()
     mixed = resolve_precision(config.trainer).precision == "bf16-mixed"
-    optimizer = adamw(system.model, config.optim, mixed_precision=mixed)
-    clip = config.trainer.get("gradient_clip_val") or float("inf")
+    train = train_step(system, config, mixed)  # the AdamW and clipping of seq2seq.train
 
     def step(batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
-            loss = system.loss(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(system.model.parameters(), clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            train(batch)
 
     for batch in workload.batches[:WARMUP]:
         step(batch)
