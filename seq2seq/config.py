@@ -194,10 +194,16 @@ class OptimConfig:
     weight_decay: float
     fused: bool
     warmup_steps: int
+    decay: str  # after warmup: inverse_sqrt | linear (to 0 at the end of the training budget)
     label_smoothing: float
 
     def check(self) -> None:
         require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
+        require(
+            self.decay in ("inverse_sqrt", "linear"),
+            "optim.decay",
+            f"'{self.decay}': use inverse_sqrt or linear",
+        )
         require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         require(
             0.0 <= self.label_smoothing < 1.0,
@@ -284,6 +290,14 @@ class RootConfig:
             self.on_nonfinite in ("skip", "stop"),
             "on_nonfinite",
             f"'{self.on_nonfinite}': use skip or stop",
+        )
+        require(
+            self.optim.decay != "linear"
+            or (self.trainer.get("max_steps") or -1) > 0
+            or self.trainer.get("max_time") is not None,
+            "optim.decay",
+            "linear decays to 0 at the end of the training budget, and this run has none: set "
+            "trainer.max_steps or trainer.max_time, or use optim.decay=inverse_sqrt",
         )
         require(
             self.data.filter.max_len < self.model.max_len,
@@ -477,6 +491,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {"encode_processes": 0, "min_train_pairs": 1, **saved["data"]}
+    upgraded["optim"] = {"decay": "inverse_sqrt", **saved["optim"]}
     model = saved["model"]
     upgraded["model"] = {
         "block": copy.deepcopy(EVERY_SUBLAYER),

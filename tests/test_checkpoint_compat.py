@@ -148,6 +148,7 @@ def old_config() -> dict:
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"]
     del config["threads"]
+    del config["optim"]["decay"]
     return config
 
 
@@ -212,6 +213,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     trained = load_trained(path)
     assert "token_replacement" not in OLD_MODEL_CONFIG
     assert trained.config.model.token_replacement == 0.0  # written before the key existed
+    assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     direct = direct_model(old_weights(0))
     src, tgt = batch()
     with torch.no_grad():

@@ -36,6 +36,8 @@ def group_options() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("group", "option"), group_options())
 def test_every_config_file_composes(group: str, option: str) -> None:
     extra = split_file_overrides() if (group, option) == ("data", "parallel_files") else []
+    if (group, option) == ("optim", "adam_linear_decay"):
+        extra = ["trainer.max_steps=100"]  # a budget to decay over
     plus = "+" if group in OPTIONAL_GROUPS else ""
     config = compose_config([f"{plus}{group}={option}", *extra])
     if group == "model":
@@ -107,6 +109,8 @@ def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -
         (["model.heads=3"], "model.heads", "not divisible"),
         (["model.encoder_layers=0"], "model.encoder_layers", ">= 1"),
         (["model.token_replacement=1.0"], "model.token_replacement", "must be in [0, 1)"),
+        (["optim.decay=cosine"], "optim.decay", "use inverse_sqrt or linear"),
+        (["optim=adam_linear_decay"], "optim.decay", "set trainer.max_steps or trainer.max_time"),
         (["data.src_lang=xx"], "data.src_lang", "unknown language 'xx'"),
         (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),
         (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),

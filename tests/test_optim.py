@@ -1,18 +1,21 @@
 """The optimizer of seq2seq.train: torch's fused AdamW, and the foreach kernel it falls back to;
-weight decay on linear weight matrices only; the inverse square-root schedule."""
+weight decay on linear weight matrices only; the inverse square-root and linear-decay schedules."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import config_of, wired_model
+from pytorch_lightning.callbacks import Timer
 
 from seq2seq.config import OptimConfig
 from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
-from seq2seq.training.optim import adamw, decayed_parameters, inverse_sqrt
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.optim import adamw, decayed_parameters, inverse_sqrt, linear_decay
 
 VOCAB = 40
 LINEAR_WEIGHTS = ("query_projection.weight", "key_value_projection.weight")
@@ -105,10 +108,11 @@ def test_without_weight_decay_one_group_holds_every_parameter() -> None:
     assert optimizer.param_groups[0]["params"] == list(model.parameters())
 
 
-def learning_rates(warmup: int, steps: int, lr: float = 2.0) -> list[float]:
-    """The learning rate of each of the first `steps` updates, as LambdaLR hands them out."""
+def learning_rates(warmup: int, steps: int, lr: float = 2.0, factor=None) -> list[float]:
+    """The learning rate of each of the first `steps` updates, as LambdaLR hands them out
+    (inverse square-root decay unless another `factor` is given)."""
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor or inverse_sqrt(warmup))
     rates = []
     for _ in range(steps):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -127,3 +131,44 @@ def test_schedule_warms_up_linearly_then_decays_with_the_inverse_square_root() -
     warmup = [0.5, 1.0, 1.5, 2.0]  # lr * step / 4: the peak lr at step 4
     decay = [2.0 * math.sqrt(4 / step) for step in range(5, 10)]
     assert rates == pytest.approx(warmup + decay, rel=1e-12)
+
+
+def test_linear_decay_warms_up_and_reaches_zero_with_the_budget() -> None:
+    """Ten updates of budget, four of warmup: lr * min(step / 4, 1) * (1 - (step - 1) / 10)."""
+    factor = linear_decay(4, lambda step: (step - 1) / 10)
+    rates = learning_rates(warmup=4, steps=12, factor=factor)
+    expected = [2.0 * min(s / 4, 1) * max(0.0, 1 - (s - 1) / 10) for s in range(1, 13)]
+    assert rates == pytest.approx(expected, rel=1e-12)
+    assert rates[9] == pytest.approx(0.2) and rates[10:] == [0.0, 0.0]  # spent: nothing left
+
+
+def test_linear_decay_without_warmup_falls_from_the_peak() -> None:
+    rates = learning_rates(warmup=0, steps=3, factor=linear_decay(0, lambda step: step / 4))
+    assert rates == pytest.approx([1.5, 1.0, 0.5], rel=1e-12)
+
+
+def trainer_with_budget(max_steps: int, max_time: str | None, elapsed: float):
+    """What `spent_budget` reads of a Trainer: max_steps, and the Timer Lightning adds for
+    max_time, here restored from a checkpoint that had trained for `elapsed` seconds."""
+    callbacks = []
+    if max_time is not None:
+        timer = Timer(duration=max_time)
+        timer.load_state_dict({"time_elapsed": {"train": elapsed}})
+        callbacks.append(timer)
+    return SimpleNamespace(trainer=SimpleNamespace(max_steps=max_steps, callbacks=callbacks))
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "max_time", "elapsed", "spent"),
+    [
+        (50, None, 0.0, 0.6),  # 30 of 50 updates done before update 31
+        (-1, "00:00:01:40", 25.0, 0.25),  # 25 s of 100: the time budget, as resumed
+        (50, "00:00:01:40", 90.0, 0.9),  # both: the one nearer its end
+        (50, "00:00:01:40", 25.0, 0.6),
+    ],
+)
+def test_the_spent_budget_is_of_max_steps_or_max_time_whichever_is_nearer_its_end(
+    max_steps: int, max_time: str | None, elapsed: float, spent: float
+) -> None:
+    trainer = trainer_with_budget(max_steps, max_time, elapsed)
+    assert TranslationModule.spent_budget(trainer, 31) == pytest.approx(spent, abs=1e-3)

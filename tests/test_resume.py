@@ -196,6 +196,18 @@ def nan_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     monkeypatch.setattr(TranslationModule, "loss", poisoned)
 
 
+def test_linear_decay_spends_the_step_budget(toy_files: Path, tmp_path: Path) -> None:
+    """optim=adam_linear_decay with trainer.max_steps=20: each update's logged learning rate
+    is lr * min(step / warmup, 1) * (1 - (step - 1) / 20), the last one 1/20 of its peak."""
+    overrides = [*tiny_overrides(toy_files, tmp_path / "cache"), "optim=adam_linear_decay"]
+    config = compose_config([*overrides, "trainer.max_steps=20"])
+    train(config, tmp_path / "run")
+    rates = {step: lr for step, (_, lr) in losses(tmp_path / "run").items()}
+    assert sorted(rates) == list(range(20))  # logged at global steps 0..19, before each update
+    expected = {i: 3e-3 * min((i + 1) / 10, 1) * (1 - i / 20) for i in range(20)}
+    assert rates == pytest.approx(expected, rel=1e-6)
+
+
 def test_a_nan_step_is_skipped_and_no_nan_reaches_a_checkpoint(
     toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Timer
 from torch import Tensor
 
 from seq2seq.config import RootConfig, config_to_dict
@@ -19,7 +20,7 @@ from seq2seq.decoding.search import greedy_search, max_output_len
 from seq2seq.errors import TrainingError
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
-from seq2seq.training.optim import adamw, inverse_sqrt
+from seq2seq.training.optim import adamw, learning_rate_factor
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,22 @@ class TranslationModule(pl.LightningModule):
         optim = self.config.optim
         mixed = str(self.trainer.precision).endswith("mixed")
         optimizer = adamw(self, optim, mixed_precision=mixed)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(optim.warmup_steps))
+        factor = learning_rate_factor(optim, self.spent_budget)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def spent_budget(self, step: int) -> float:
+        """The fraction of the training budget spent before update `step`: of trainer.max_steps,
+        or of trainer.max_time as Lightning's Timer counts it (restored on resume), whichever
+        is nearer its end. Time is the budget that holds on any machine."""
+        spent = 0.0
+        if self.trainer.max_steps > 0:
+            spent = (step - 1) / self.trainer.max_steps
+        for timer in self.trainer.callbacks:
+            if isinstance(timer, Timer) and timer.time_remaining() is not None:
+                elapsed = timer.time_elapsed()
+                spent = max(spent, elapsed / (elapsed + timer.time_remaining()))
+        return spent
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         for name, parameter in self.named_parameters():

@@ -1,4 +1,5 @@
-"""The optimizer and learning-rate schedule of training: AdamW and inverse square-root decay."""
+"""The optimizer and learning-rate schedule of training: AdamW; after a linear warmup, inverse
+square-root decay or a linear decay to zero at the end of the training budget."""
 
 from __future__ import annotations
 
@@ -65,3 +66,26 @@ def inverse_sqrt(warmup: int) -> Callable[[int], float]:
         return min(step / warmup, (warmup / step) ** 0.5)
 
     return factor
+
+
+def linear_decay(warmup: int, spent: Callable[[int], float]) -> Callable[[int], float]:
+    """The learning-rate factor of update `index` (0-based) for a linear warmup over `warmup`
+    updates times a linear decay to 0 as `spent(step)`, the fraction of the training budget
+    spent before update `step`, goes from 0 to 1 (budgeted training, Li et al. 2020). It holds
+    no state: a resumed run continues from the budget it has spent."""
+
+    def factor(index: int) -> float:
+        step = index + 1
+        rise = min(step / warmup, 1.0) if warmup else 1.0
+        return rise * max(0.0, 1.0 - spent(step))
+
+    return factor
+
+
+def learning_rate_factor(
+    config: OptimConfig, spent: Callable[[int], float]
+) -> Callable[[int], float]:
+    """The factor `optim.decay` names; `spent` is only read by the linear decay."""
+    if config.decay == "linear":
+        return linear_decay(config.warmup_steps, spent)
+    return inverse_sqrt(config.warmup_steps)
