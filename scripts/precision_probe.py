@@ -80,7 +80,7 @@ def training_rows(overrides: list[str], batches: int, reps: int) -> tuple[dict[s
             for kernel in ("torch", "math"):
                 system = build_ours(config, work.tokenizer, device)
                 system.model.train()
-                step = train_step(system, config, mixed=dtype is not None)
+                step = train_step(system, config)
                 rows[f"{precision} {kernel} {dropout}"] = probe_pass(
                     training_pass(step, work.batches, dtype), kernel
                 )

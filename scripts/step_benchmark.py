@@ -64,7 +64,7 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         system.model.load_state_dict(read_checkpoint(weights)["state_dict"])
     system.model.train()
     mixed = resolve_precision(config.trainer).precision == "bf16-mixed"
-    train = train_step(system, config, mixed)  # the AdamW and clipping of seq2seq.train
+    train = train_step(system, config)  # the AdamW and clipping of seq2seq.train
 
     def step(batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):

@@ -152,6 +152,8 @@ def build_trainer(
                 mode="max",
                 save_top_k=config.average_last,
                 auto_insert_metric_name=False,
+                # every epoch, also between validations (trainer.check_val_every_n_epoch > 1)
+                save_on_train_epoch_end=True,
             )
         )
     # metrics.csv always: the learning curve and resuming read it
@@ -281,7 +283,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "steps": trainer.global_step,
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
         "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
-        "skipped_steps": module.skipped_steps,
+        "skipped_steps": len(module.skipped_steps()),
         "final_checkpoint": str(final.path),
         "final_checkpoint_choice": final.summary(),
     }

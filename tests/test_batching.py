@@ -22,7 +22,9 @@ def test_collate_exact_output() -> None:
     assert batch.tgt_in.tolist() == [[2, 20, 0], [2, 21, 22]]
     assert batch.tgt_out.tolist() == [[20, 3, 0], [21, 22, 3]]
     assert batch.index.tolist() == [7, 3]
-    assert batch.tgt_tokens == 5
+    assert batch.tgt_tokens == 5 == int((batch.tgt_out != 0).sum())  # counted on the host
+    moved = batch.to(torch.device("cpu"))
+    assert moved.tgt_tokens == 5 and torch.equal(moved.tgt_out, batch.tgt_out)
 
 
 def check_epoch(sampler: TokenBudgetBatchSampler, n: int, max_tokens: int) -> None:

@@ -12,7 +12,7 @@ from helpers import FP32, config_of, few_pairs_overrides, run, toy_corpus, write
 
 from seq2seq.config import OptimConfig
 from seq2seq.model.loss import label_smoothed_cross_entropy
-from seq2seq.training.optim import adamw
+from seq2seq.training.optim import adamw, clip_gradients, skip_update_if
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
@@ -69,18 +69,30 @@ def test_loss_under_cuda_bf16_autocast_is_close_to_fp32() -> None:
         torch.testing.assert_close(got, want, rtol=0, atol=3e-2 * float(want.abs().max()))
 
 
-def test_adamw_under_mixed_precision_uses_the_foreach_kernel_on_cuda() -> None:
+def test_a_bf16_step_clips_and_skips_nonfinite_updates_without_a_host_sync() -> None:
+    """AdamW is fused under bf16-mixed, and clipping, the NaN/inf decision and the update
+    run with CUDA's sync debug mode set to error: nothing in them waits for the host."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     model = model.cuda()
     config = config_of("optim/adam_inverse_sqrt", OptimConfig, lr=1e-2, fused=True)
-    optimizer = adamw(model, config, mixed_precision=True)
-    assert not optimizer.defaults["fused"] and optimizer.defaults["foreach"]
-    before = [p.detach().clone() for p in model.parameters()]
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = model(torch.randn(5, 8, device="cuda")).float().square().mean()
-    loss.backward()
-    optimizer.step()
-    for old, new in zip(before, model.parameters(), strict=True):
-        assert new.dtype == torch.float32 and torch.isfinite(new).all()
-        assert not torch.equal(old, new)
+    optimizer = adamw(model, config)
+    assert optimizer.defaults["fused"]
+    parameters = list(model.parameters())
+    for poison in (None, float("nan")):
+        before = [p.detach().clone() for p in parameters]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(torch.randn(5, 8, device="cuda")).float().square().mean()
+        loss.backward()
+        if poison is not None:
+            parameters[0].grad[0, 0] = poison
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            skip_update_if(optimizer, ~clip_gradients(parameters, 1.0).isfinite())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        changed = [not torch.equal(old, new) for old, new in zip(before, parameters, strict=True)]
+        assert all(changed) if poison is None else not any(changed)

@@ -3,6 +3,7 @@ weight decay on linear weight matrices only; the inverse square-root and linear-
 
 from __future__ import annotations
 
+import copy
 import math
 from types import SimpleNamespace
 
@@ -15,20 +16,27 @@ from seq2seq.config import OptimConfig
 from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.module import TranslationModule
-from seq2seq.training.optim import adamw, decayed_parameters, inverse_sqrt, linear_decay
+from seq2seq.training.optim import (
+    adamw,
+    clip_gradients,
+    decayed_parameters,
+    inverse_sqrt,
+    linear_decay,
+    skip_update_if,
+)
 
 VOCAB = 40
 LINEAR_WEIGHTS = ("query_projection.weight", "key_value_projection.weight")
 LINEAR_WEIGHTS += ("attention.output_projection.weight", "expand.weight", "contract.weight")
 
 
-def three_steps(fused: bool, mixed: bool = False) -> tuple[list[torch.Tensor], torch.optim.AdamW]:
+def three_steps(fused: bool, scaled: bool = False) -> tuple[list[torch.Tensor], torch.optim.AdamW]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     optimizer = adamw(
         model,
         config_of("optim/adam_inverse_sqrt", OptimConfig, lr=1e-2, fused=fused),
-        mixed,
+        scaled_gradients=scaled,
     )
     for step in range(3):
         x = torch.randn(5, 8, generator=torch.Generator().manual_seed(step))
@@ -47,10 +55,66 @@ def test_fused_adamw_takes_the_same_steps_as_the_foreach_kernel() -> None:
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
-def test_mixed_precision_uses_the_foreach_kernel() -> None:
-    # Lightning's mixed-precision gradient clipping refuses optimizers that unscale (fused)
-    _, optimizer = three_steps(fused=True, mixed=True)
+def test_float16s_scaled_gradients_use_the_foreach_kernel() -> None:
+    # Lightning unscales before clipping and refuses optimizers that unscale (fused) there
+    _, optimizer = three_steps(fused=True, scaled=True)
     assert not optimizer.defaults["fused"] and optimizer.defaults["foreach"]
+
+
+def gradients(model: torch.nn.Module, poison: float | None = None) -> list[torch.nn.Parameter]:
+    """Fixed random gradients on `model`, one element set to `poison` (NaN, inf) if given."""
+    generator = torch.Generator().manual_seed(3)
+    parameters = list(model.parameters())
+    for p in parameters:
+        p.grad = torch.randn(p.shape, generator=generator)
+    if poison is not None:
+        parameters[1].grad[0] = poison
+    return parameters
+
+
+@pytest.mark.parametrize("max_norm", [0.5, None])
+def test_clipping_matches_torchs_and_returns_the_norm_before(max_norm: float | None) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    reference = gradients(copy.deepcopy(model))
+    expected = torch.nn.utils.clip_grad_norm_(reference, max_norm or math.inf)
+    norm = clip_gradients(gradients(model), max_norm)
+    torch.testing.assert_close(norm, expected)
+    direct = math.sqrt(sum(float(p.grad.square().sum()) for p in gradients(copy.deepcopy(model))))
+    assert float(norm) == pytest.approx(direct, rel=1e-5) and float(norm) > 0.5
+    for got, want in zip(model.parameters(), reference, strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
+    total = math.sqrt(sum(float(p.grad.square().sum()) for p in model.parameters()))
+    assert total == pytest.approx(min(direct, max_norm or math.inf), rel=1e-5)
+
+
+@pytest.mark.parametrize("poison", [math.nan, math.inf, -math.inf])
+def test_a_nonfinite_gradient_gives_a_nonfinite_norm(poison: float) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    assert not clip_gradients(gradients(model, poison), 1.0).isfinite()
+    assert clip_gradients(gradients(model), 1.0).isfinite()
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_fused_adamw_skips_on_the_device_without_changing_anything(skip: bool) -> None:
+    """The skipped update leaves parameters, both moments and the step count as they were;
+    one that is not skipped changes them (so the comparison can fail)."""
+    _, optimizer = three_steps(fused=True)
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    before = copy.deepcopy([(p.detach(), optimizer.state[p]) for p in parameters])
+    for p in parameters:
+        p.grad = torch.ones_like(p)
+    assert skip_update_if(optimizer, torch.tensor(skip))
+    optimizer.step()
+    for p, (value, state) in zip(parameters, before, strict=True):
+        now = optimizer.state[p]
+        same = [torch.equal(p, value)] + [torch.equal(now[k], state[k]) for k in state]
+        assert all(same) if skip else not any(same)
+
+
+def test_an_optimizer_that_is_not_fused_leaves_the_skip_to_the_host() -> None:
+    _, optimizer = three_steps(fused=False)
+    assert not skip_update_if(optimizer, torch.tensor(True))
+    assert not hasattr(optimizer, "found_inf")
 
 
 def tiny_transformer(tie_embeddings: bool = True) -> Transformer:

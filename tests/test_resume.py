@@ -208,16 +208,40 @@ def test_linear_decay_spends_the_step_budget(toy_files: Path, tmp_path: Path) ->
     assert rates == pytest.approx(expected, rel=1e-6)
 
 
+def snapshots_after_steps(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[torch.Tensor]]:
+    """Parameters and every AdamW state tensor at the end of each training step, by the
+    number of updates taken (skipped ones count, as Lightning counts them)."""
+    taken: dict[int, list[torch.Tensor]] = {}
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        optimizer = self.optimizers().optimizer
+        state = [t for p in self.parameters() for t in optimizer.state[p].values()]
+        taken[self.global_step] = [t.detach().clone() for t in [*self.parameters(), *state]]
+
+    monkeypatch.setattr(TranslationModule, "on_train_batch_end", on_train_batch_end)
+    return taken
+
+
+@pytest.mark.parametrize("fused", [True, False])  # skipped on the device; on the host
 def test_a_nan_step_is_skipped_and_no_nan_reaches_a_checkpoint(
-    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+    fused: bool, toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
     nan_at_step(monkeypatch, 3)
+    taken = snapshots_after_steps(monkeypatch)
     config = compose_config(
-        [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=1"]
+        [
+            *tiny_overrides(toy_files, tmp_path / "cache"),
+            "trainer.max_epochs=1",
+            f"optim.fused={fused}",
+        ]
     )
     summary = train(config, tmp_path / "run")
     assert summary["skipped_steps"] == 1
     assert "step 4: NaN/inf loss or gradients, update skipped" in caplog.text
+    for before, after in zip(taken[3], taken[4], strict=True):  # update 4: nothing changed
+        assert torch.equal(before, after)
+    changed = [not torch.equal(a, b) for a, b in zip(taken[4], taken[5], strict=True)]
+    assert all(changed)  # update 5 moved every parameter and moment, and the step counts
     for name in ("last.ckpt", "best.ckpt"):
         state = read_checkpoint(tmp_path / "run" / "checkpoints" / name)["state_dict"]
         assert all(bool(torch.isfinite(v).all()) for v in state.values()), name

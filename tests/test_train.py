@@ -67,10 +67,11 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
     for name in ("config.yaml", "tokenizer/src.model", "metrics.csv", "learning_curve.png"):
         assert (run_dir / name).is_file(), name
     assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    # epoch checkpoints are written when validation runs (every 40 epochs here); 2 are kept
-    for name in ("best.ckpt", "last.ckpt", "averaged.ckpt", "epoch079.ckpt", "epoch119.ckpt"):
+    # epoch checkpoints are written every epoch, also between validations (every 40 epochs
+    # here), so the average is of the last 2 epochs; 2 are kept
+    for name in ("best.ckpt", "last.ckpt", "averaged.ckpt", "epoch118.ckpt", "epoch119.ckpt"):
         assert (checkpoints / name).is_file(), name
-    assert not (checkpoints / "epoch039.ckpt").exists()
+    assert not (checkpoints / "epoch079.ckpt").exists()
     summary = json.loads((run_dir / "run_summary.json").read_text())
     final = Path(summary["final_checkpoint"])
     assert final.name in ("averaged.ckpt", "best.ckpt")  # whichever scores higher on val

@@ -38,7 +38,7 @@ def load_workload(
         train.src_lens, train.tgt_lens, config.data.max_tokens, shuffle=True, seed=config.seed
     )
     batches = [
-        Batch(*(t.to(device) for t in collate([train[i] for i in indices])))
+        collate([train[i] for i in indices]).to(device)
         for indices in sampler.batches()[:train_batches]
     ]
     test = prepared.splits[config.data.test_sets[0]]

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from bench.measure import Measured, interleaved
 from bench.models import System
 from seq2seq.config import RootConfig
 from seq2seq.data.batching import Batch
-from seq2seq.training.optim import adamw
+from seq2seq.training.optim import adamw, clip_gradients, skip_update_if
 from seq2seq.training.precision import BF16, auto_precision
 
 Precisions = dict[str, torch.dtype | None]  # name -> autocast dtype (None: off)
@@ -38,13 +37,16 @@ def timed_batches(
     }
 
 
-def train_step(system: System, config: RootConfig, mixed: bool) -> Callable[[Batch], None]:
-    optimizer = adamw(system.model, config.optim, mixed_precision=mixed)
-    clip = config.trainer.get("gradient_clip_val") or float("inf")
+def train_step(system: System, config: RootConfig) -> Callable[[Batch], None]:
+    """A step as `seq2seq.train` takes it: AdamW (fused when `optim.fused`), clipping by the
+    global norm, and a NaN/inf update skipped on the device."""
+    optimizer = adamw(system.model, config.optim)
+    clip = config.trainer.get("gradient_clip_val")
+    parameters = list(system.model.parameters())
 
     def step(batch: Batch) -> None:
         system.loss(batch).backward()
-        nn.utils.clip_grad_norm_(system.model.parameters(), clip)
+        skip_update_if(optimizer, ~clip_gradients(parameters, clip).isfinite())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -79,9 +81,7 @@ def time_training(
     for system in systems.values():
         system.model.train()
     passes = {
-        f"{name} {precision}": training_pass(
-            train_step(system, config, mixed=dtype is not None), timed[precision], dtype
-        )
+        f"{name} {precision}": training_pass(train_step(system, config), timed[precision], dtype)
         for precision, dtype in precisions.items()
         for name, system in systems.items()
     }

@@ -27,10 +27,12 @@ class Batch(NamedTuple):
     tgt_in: torch.Tensor  # (B, T) BOS + target ids: decoder input
     tgt_out: torch.Tensor  # (B, T) target ids + EOS: what the decoder must predict
     index: torch.Tensor  # (B,) position of each pair in its split
+    tgt_tokens: int  # target tokens + EOS, padding excluded: counted on the host, so that
+    # dividing the loss by it never waits for a GPU
 
-    @property
-    def tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
+    def to(self, device: torch.device) -> Batch:
+        tensors = (t.to(device) for t in (self.src, self.tgt_in, self.tgt_out, self.index))
+        return Batch(*tensors, self.tgt_tokens)
 
 
 def collate(items: list[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
@@ -49,7 +51,10 @@ def collate(items: list[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
     index = torch.tensor([i for i, _, _ in items], dtype=torch.long)
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), index)
+    tokens = sum(len(t) + 1 for _, _, t in items)
+    return Batch(
+        torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), index, tokens
+    )
 
 
 class EpochSeededSampler(Sampler[int]):

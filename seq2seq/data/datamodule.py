@@ -236,6 +236,9 @@ class TranslationDataModule(pl.LightningDataModule):
             collate_fn=collate,
             num_workers=self.config.data.num_workers,
             persistent_workers=self.config.data.num_workers > 0,
+            # page-locked batches: Lightning's copy to a GPU then does not block the host
+            pin_memory=self.trainer is not None
+            and self.trainer.strategy.root_device.type == "cuda",
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -20,7 +20,7 @@ from seq2seq.decoding.search import greedy_search, max_output_len
 from seq2seq.errors import TrainingError
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
-from seq2seq.training.optim import adamw, learning_rate_factor
+from seq2seq.training.optim import adamw, clip_gradients, learning_rate_factor, skip_update_if
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,8 @@ class TranslationModule(pl.LightningModule):
         self.model = Transformer.for_vocabulary(config.model, tokenizer)
         self._hypotheses: dict[int, str] = {}
         self._last_step_end: float | None = None
-        self.skipped_steps = 0  # updates skipped for NaN/inf (on_nonfinite=skip)
+        self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
+        self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
 
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy per target token; padding ignored."""
@@ -97,30 +98,59 @@ class TranslationModule(pl.LightningModule):
         # every process scored the whole set alike; "max" keeps the synchronised value exact
         self.log("val/bleu", score, prog_bar=True, sync_dist=True, reduce_fx="max")
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """A NaN or inf in the loss or any gradient: skip the update (no parameter or Adam
-        moment changes) or stop, as `on_nonfinite` says. Gradients are already all-reduced
-        here, so every process decides alike."""
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip by the global norm, and skip an update whose loss or gradients hold NaN/inf (no
+        parameter or Adam moment changes), or stop, as `on_nonfinite` says. The norm decides,
+        and a fused AdamW skips on the device, so no step waits for the host (the GPU's rate);
+        gradients are already all-reduced here, so every process decides alike."""
         if str(self.trainer.precision).startswith("16"):
-            return  # float16's gradient scaler skips such steps itself and lowers its scale
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if not grads or torch.isfinite(torch.stack([g.sum() for g in grads]).sum()):
+            # float16's gradient scaler unscales, skips such steps and lowers its scale itself
+            super().configure_gradient_clipping(
+                optimizer, gradient_clip_val, gradient_clip_algorithm
+            )
             return
+        parameters = [p for p in self.parameters() if p.grad is not None]
+        by_value = gradient_clip_algorithm == "value"
+        norm = clip_gradients(parameters, None if by_value else gradient_clip_val)
+        if by_value and gradient_clip_val:
+            torch.nn.utils.clip_grad_value_(parameters, gradient_clip_val)
+        nonfinite = ~norm.isfinite()
         step = self.global_step + 1
         if self.config.on_nonfinite == "stop":
-            raise TrainingError(
-                f"step {step}: the loss or gradients are NaN or inf; lower optim.lr, raise "
-                "optim.warmup_steps or use trainer.precision=32-true, or set on_nonfinite=skip "
-                "to skip such steps"
-            )
-        self.skipped_steps += 1
-        log.warning("step %d: NaN/inf loss or gradients, update skipped", step)
-        optimizer.zero_grad(set_to_none=True)  # AdamW leaves parameters without gradients alone
+            if nonfinite:  # a host read: stopping is the host's decision
+                raise TrainingError(
+                    f"step {step}: the loss or gradients are NaN or inf; lower optim.lr, raise "
+                    "optim.warmup_steps or use trainer.precision=32-true, or set "
+                    "on_nonfinite=skip to skip such steps"
+                )
+        elif not skip_update_if(optimizer, nonfinite) and nonfinite:
+            optimizer.zero_grad(set_to_none=True)  # AdamW leaves parameters without gradients
+        self._nonfinite.append((step, nonfinite))
+
+    def skipped_steps(self) -> list[int]:
+        """The updates skipped for NaN/inf so far (on_nonfinite=skip), read from the device
+        once per epoch rather than once per step; each is logged as it is read."""
+        if self._nonfinite:
+            pending, self._nonfinite = self._nonfinite, []
+            flags = torch.stack([flag for _, flag in pending]).tolist()
+            for (step, _), skipped in zip(pending, flags, strict=True):
+                if skipped:
+                    log.warning("step %d: NaN/inf loss or gradients, update skipped", step)
+                    self._skipped.append(step)
+        return self._skipped
+
+    def on_train_epoch_end(self) -> None:
+        self.skipped_steps()  # the epoch's skipped updates, logged
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.config.optim
-        mixed = str(self.trainer.precision).endswith("mixed")
-        optimizer = adamw(self, optim, mixed_precision=mixed)
+        scaled = str(self.trainer.precision).startswith("16")
+        optimizer = adamw(self, optim, scaled_gradients=scaled)
         factor = learning_rate_factor(optim, self.spent_budget)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

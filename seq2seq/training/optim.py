@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from seq2seq.config import OptimConfig
 
@@ -38,12 +38,13 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
 
 
 def adamw(
-    model: nn.Module, config: OptimConfig, mixed_precision: bool = False
+    model: nn.Module, config: OptimConfig, scaled_gradients: bool = False
 ) -> torch.optim.AdamW:
-    """AdamW with torch's fused kernel when `optim.fused`, except under mixed precision: there
-    Lightning clips gradients itself and refuses optimizers that unscale them (fused ones), so
-    the multi-tensor (foreach) kernel is used instead."""
-    fused = config.fused and not mixed_precision
+    """AdamW with torch's fused kernel when `optim.fused`, except under float16's gradient
+    scaler (`scaled_gradients`): there Lightning unscales the gradients before clipping and
+    refuses optimizers that unscale them in their step (fused ones), so the multi-tensor
+    (foreach) kernel is used instead."""
+    fused = config.fused and not scaled_gradients
     return torch.optim.AdamW(
         parameter_groups(model, config.weight_decay),
         lr=config.lr,
@@ -52,6 +53,29 @@ def adamw(
         fused=fused or None,
         foreach=None if fused else True,
     )
+
+
+def clip_gradients(parameters: list[nn.Parameter], max_norm: float | None) -> Tensor:
+    """Scale the gradients to a global L2 norm of at most `max_norm` (None or 0: leave them).
+    Returns the norm before clipping, a 0-dim tensor on the gradients' device: NaN or inf when
+    a gradient element is (or the sum of squares overflows), so it also decides whether the
+    update is skipped, without a read on the host."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = nn.utils.get_total_norm(grads, foreach=True)
+    if max_norm:
+        nn.utils.clip_grads_with_norm_(parameters, max_norm, norm, foreach=True)
+    return norm
+
+
+def skip_update_if(optimizer: torch.optim.Optimizer, skip: Tensor) -> bool:
+    """Have a fused AdamW skip its next update where `skip` (0-dim bool, on the device) holds:
+    the kernel then changes no parameter or moment, and the step counts stay (torch's
+    `found_inf`, as its GradScaler passes it). Returns False for an optimizer that is not
+    fused: the caller decides on the host."""
+    if not optimizer.defaults.get("fused"):
+        return False
+    optimizer.found_inf = skip.float()
+    return True
 
 
 def inverse_sqrt(warmup: int) -> Callable[[int], float]:
