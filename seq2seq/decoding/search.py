@@ -54,7 +54,7 @@ def max_output_len(src: Tensor, a: float, b: int, limit: int, pad_id: int) -> Te
 LEAST_REMAINDER = 1e-6
 
 
-def _constrain(
+def restrict_outputs(
     model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor, never: Tensor
 ) -> tuple[Tensor, Tensor]:
     """PAD and BOS (the ids `never`) are never output; rows at their length limit (`at_limit`)
@@ -73,11 +73,11 @@ def _constrain(
     return log_probs, remainder
 
 
-def _never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
+def never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
     return torch.tensor([model.pad_id, model.bos_id], device=device)
 
 
-def _strip(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
+def strip_at_end(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
     """Token rows cut at the first EOS or PAD."""
     ends = (model.eos_id, model.pad_id)
     out = []
@@ -97,11 +97,11 @@ def greedy_search(
     state = model.start_decoding(src, beam=1)
     outputs = torch.full((src.shape[0], horizon), model.pad_id, dtype=torch.long, device=src.device)
     step_scores = torch.zeros((src.shape[0], horizon), device=src.device)
-    never = _never_output(model, src.device)
+    never = never_output(model, src.device)
     sentence = torch.arange(src.shape[0], device=src.device)  # of each row still decoding
     tokens = torch.full_like(sentence, model.bos_id)
     for t in range(horizon):
-        log_probs, remainder = _constrain(
+        log_probs, remainder = restrict_outputs(
             model, model.decode_step(state, tokens), t >= max_len, never
         )
         best, tokens = log_probs.max(dim=-1)
@@ -114,7 +114,7 @@ def greedy_search(
             rows = going.nonzero().squeeze(1)
             state.reorder(rows)
             sentence, tokens, max_len = sentence[rows], tokens[rows], max_len[rows]
-    rows = _strip(model, outputs.tolist())
+    rows = strip_at_end(model, outputs.tolist())
     return [
         [Hypothesis(row, score / (len(row) + 1) ** length_penalty)]
         for row, score in zip(rows, step_scores.sum(dim=1).tolist(), strict=True)
@@ -157,13 +157,13 @@ def beam_search(
     n_final = torch.zeros(b, dtype=torch.long, device=device)
     best_ended = torch.zeros(b, dtype=torch.bool, device=device)  # a step's best was an EOS
     rank = torch.arange(2 * k, device=device)
-    never = _never_output(model, device)
+    never = never_output(model, device)
     for t in range(horizon):
         n = len(sentence)
         log_probs = model.decode_step(state, last)  # (n*K, V)
         vocab = log_probs.shape[-1]
         at_limit = t >= max_len  # (n,)
-        log_probs, remainder = _constrain(
+        log_probs, remainder = restrict_outputs(
             model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k), never
         )
         candidates = ((alive_score - remainder)[..., None] + log_probs).view(n, k * vocab)
@@ -213,7 +213,7 @@ def beam_search(
     return [
         [
             Hypothesis(row, score)
-            for row, score in zip(_strip(model, rows), sentence_scores, strict=True)
+            for row, score in zip(strip_at_end(model, rows), sentence_scores, strict=True)
             if score > inf
         ]
         for rows, sentence_scores in zip(seqs, scores, strict=True)
