@@ -40,6 +40,11 @@ log = logging.getLogger("seq2seq.evaluate")
 
 
 def decoding_tag(d: DecodingConfig) -> str:
+    """What decoded, in the names of evaluate's files: runs of other decodings never overwrite
+    each other's."""
+    if d.search == "sample":
+        truncation = f"t{d.temperature:g}-k{d.top_k}-p{d.top_p:g}"
+        return f"sample{d.nbest}-{truncation}-lp{d.length_penalty:g}-seed{d.seed}"
     return "greedy" if d.beam_size == 1 else f"beam{d.beam_size}-lp{d.length_penalty:g}"
 
 
@@ -126,15 +131,13 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     scores_path = output_path(ckpt_path, f"{sets}.{tag}.scores.json")
     with atomic_path(scores_path) as tmp:
         tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    Console(width=160).print(score_table(results))
+    Console(width=160).print(score_table(results, tag))
     log.info("scores written to %s", scores_path)
     return results
 
 
-def score_table(results: dict) -> Table:
-    table = Table(
-        title=f"{results['checkpoint']} ({decoding_tag(DecodingConfig(**results['decoding']))})"
-    )
+def score_table(results: dict, tag: str) -> Table:
+    table = Table(title=f"{results['checkpoint']} ({tag})")
     for column in ("test set", "BLEU", "chrF", "BLEU lc", "BLEU signature", "decoding s"):
         table.add_column(column)
     for name, s in results["test_sets"].items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
@@ -361,3 +362,23 @@ class TableModel:
     def score(self, seq: list[int]) -> float:
         tokens = [self.bos_id, *seq, self.eos_id]
         return sum(self.log_p[a, b].item() for a, b in zip(tokens, tokens[1:], strict=False))
+
+
+def teacher_forced_score(
+    model, source: list[int], target: list[int], length_penalty: float = 1.0
+) -> float:
+    """The model's own score of `target` (ids without BOS/EOS) for `source` (ids without EOS),
+    as search reports it: the log-probabilities of the tokens and EOS, each step's distribution
+    renormalised without PAD and BOS, over (tokens + 1) ** length_penalty. A reference that
+    shares nothing with search but the model's forward pass."""
+    import torch
+
+    with torch.no_grad():
+        src = torch.tensor([[*source, EOS_ID]])
+        tgt_in = torch.tensor([[BOS_ID, *target]])
+        log_probs = model(src, tgt_in).float().log_softmax(-1)[0]  # (T + 1, V)
+    total = 0.0
+    for step, token in enumerate([*target, EOS_ID]):
+        p = log_probs[step].exp()
+        total += float(log_probs[step, token]) - math.log(1 - float(p[PAD_ID] + p[BOS_ID]))
+    return total / (len(target) + 1) ** length_penalty

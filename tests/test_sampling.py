@@ -4,15 +4,32 @@ top-p), each sentence's draws depend on its seed alone, scores are the model's o
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pytest
 import torch
-from helpers import SPECIAL_IDS, A, B, C, TableModel, config_of
+from helpers import (
+    SPECIAL_IDS,
+    A,
+    B,
+    C,
+    TableModel,
+    config_of,
+    teacher_forced_score,
+    toy_corpus,
+    toy_tokenizer,
+    trained_toy_model,
+)
 
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.config import DecodingConfig
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from seq2seq.decoding.backend import source_batch
 from seq2seq.decoding.sampling import draw, sample_search, truncate
 from seq2seq.decoding.search import greedy_search, max_output_len
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import ConfigError
+from seq2seq.evaluate import decoding_tag
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
@@ -128,3 +145,65 @@ def test_top_k_of_one_is_greedy() -> None:
         assert [h.tokens for h in draws] == [best.tokens] * 2
         assert all(h.score == pytest.approx(best.score, abs=1e-5) for h in draws)
     assert not math.isnan(sampled[0][0].score)
+
+
+@pytest.fixture(scope="module")
+def toy() -> tuple[Tokenizer, Transformer]:
+    tokenizer = toy_tokenizer(60)
+    return tokenizer, trained_toy_model(tokenizer).eval()
+
+
+def sampler(toy, **fields) -> Translator:
+    tokenizer, model = toy
+    options = {"nbest": 3, "temperature": 1.3, "seed": 5, **fields}
+    return Translator(model, tokenizer, config_of("decoding/sample", DecodingConfig, **options))
+
+
+def test_the_same_seed_gives_the_same_samples_at_batch_sizes_1_and_64(toy) -> None:
+    lines = toy_corpus(70)[0]
+    one, many = sampler(toy, batch_size=1), sampler(toy, batch_size=64)
+    expected = [[t.text for t in n] for n in one.translate_nbest(lines)]
+    assert [[t.text for t in n] for n in many.translate_nbest(lines)] == expected
+    assert any(len(set(n)) > 1 for n in expected)  # the draws differ from one another
+    later = many.translate_nbest(lines[40:], first_line=41)  # a line keeps its number's seed
+    assert [[t.text for t in n] for n in later] == expected[40:]
+    other = sampler(toy, batch_size=64, seed=6).translate_nbest(lines)
+    assert [[t.text for t in n] for n in other] != expected
+
+
+def test_samples_of_a_trained_model_carry_its_teacher_forced_scores(toy) -> None:
+    """Against the model's own full pass over each drawn sequence (the ids: a drawn
+    segmentation need not be the one SentencePiece gives its text)."""
+    tokenizer, model = toy
+    sources = tokenizer.encode_src(toy_corpus(12)[0])
+    src = source_batch(sources)
+    max_len = max_output_len(src, 1.5, 10, limit=64, pad_id=PAD_ID)
+    seeds = [(5, line) for line in range(len(sources))]
+    drawn = sample_search(model, src, max_len, seeds, samples=3, temperature=1.3, top_p=0.95)
+    for source, samples in zip(sources, drawn, strict=True):
+        for sample in samples:
+            expected = teacher_forced_score(model, source, sample.tokens)
+            assert sample.score == pytest.approx(expected, abs=1e-4), sample.tokens
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "words"),
+    [
+        ({"temperature": 0.0}, "decoding.temperature", "must be > 0"),
+        ({"top_k": -1}, "decoding.top_k", "must be >= 0"),
+        ({"top_p": 0.0}, "decoding.top_p", "must be in (0, 1]"),
+        ({"search": "nucleus"}, "decoding.search", "use beam or sample"),
+    ],
+)
+def test_bad_sampling_settings_are_refused(overrides: dict, key: str, words: str) -> None:
+    config = config_of("decoding/sample", DecodingConfig, **overrides)
+    with pytest.raises(ConfigError, match=re.escape(words)) as error:
+        config.check()
+    assert key in str(error.value)
+
+
+def test_samples_are_not_bounded_by_the_beam_and_name_their_files() -> None:
+    config = config_of("decoding/sample", DecodingConfig, nbest=8, top_p=0.9)
+    config.check()  # 8 samples from beam_size 1
+    assert decoding_tag(config) == "sample8-t1-k0-p0.9-lp1-seed0"
+    assert decoding_tag(config_of("decoding/beam", DecodingConfig)) == "beam5-lp1"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
@@ -37,13 +38,15 @@ from torch import Tensor, nn
 
 from seq2seq.config import DecodingConfig, RootConfig, load_config
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.backend import output_limits, source_batch
+from seq2seq.decoding.backend import Request, output_limits, source_batch
 from seq2seq.decoding.search import Hypothesis
 from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError, require
 from seq2seq.io import atomic_dir
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.config import ModelConfig, Norm, Score, Stream
 from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+
+log = logging.getLogger(__name__)
 
 METADATA = "seq2seq_export.json"  # beside CTranslate2's files: where the model came from
 
@@ -352,27 +355,64 @@ class CTranslate2Backend:
         self.engine = load_engine(directory, torch.device(device))
         self.name = f"ctranslate2 {self.metadata.get('quantization', '')}".strip()
         self.never_output = suppressed(self.tokenizer)
+        self.warned_about_seeds = False
 
-    def decode(self, ids: list[list[int]], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+    def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        ids = [r.source for r in requests]
         src, tgt = self.tokenizer.src, self.tokenizer.tgt
         # one limit for the batch: its longest source's (the limit grows with the length)
         longest = source_batch([max(ids, key=len)])
         limit = int(output_limits(longest, decoding, self.max_len)[0])
+        # CTranslate2 returns at most beam_size hypotheses, also when sampling: there each
+        # source goes in nbest times, one sample per copy
+        copies = decoding.nbest if decoding.search == "sample" else 1
         results = self.engine.translate_batch(
-            [[src.id_to_piece(i) for i in seq] for seq in ids],
-            beam_size=decoding.beam_size,
-            num_hypotheses=decoding.nbest,
+            [[src.id_to_piece(i) for i in seq] for seq in ids for _ in range(copies)],
+            num_hypotheses=decoding.nbest // copies,
             length_penalty=decoding.length_penalty,
             max_input_length=0,  # source_ids has truncated (or refused) long lines
             max_decoding_length=limit + 1,  # EOS included
             min_decoding_length=0,
             suppress_sequences=self.never_output,
             return_scores=True,
+            **self.search_options(decoding),
         )
-        return [
+        hypotheses = [
             [
                 Hypothesis([tgt.piece_to_id(piece) for piece in pieces], score)
                 for pieces, score in zip(result.hypotheses, result.scores, strict=True)
             ]
             for result in results
         ]
+        if copies == 1:
+            return hypotheses
+        return [
+            sorted(
+                (h for copy in hypotheses[i : i + copies] for h in copy),
+                key=lambda h: h.score,
+                reverse=True,
+            )
+            for i in range(0, len(hypotheses), copies)
+        ]
+
+    def search_options(self, decoding: DecodingConfig) -> dict[str, Any]:
+        """Beam search, or sampling. CTranslate2's random generator is one for the process
+        (`ctranslate2.set_random_seed`), seeded here for each batch: the same seed, input and
+        decoding.batch_size give the same samples, but a sentence's samples change with the
+        batch it is in, where our search seeds each sentence from its line."""
+        if decoding.search != "sample":
+            return {"beam_size": decoding.beam_size}
+        if not self.warned_about_seeds:
+            log.warning(
+                "CTranslate2 samples from one random generator for the whole process: a "
+                "sentence's samples depend on its batch, not on (decoding.seed, line) alone; "
+                "decode with the checkpoint for samples reproducible sentence by sentence"
+            )
+            self.warned_about_seeds = True
+        import_ctranslate2(ConfigError, "sampling").set_random_seed(decoding.seed)
+        return {
+            "beam_size": 1,
+            "sampling_topk": decoding.top_k,  # 0: the whole distribution, as ours
+            "sampling_topp": decoding.top_p,
+            "sampling_temperature": decoding.temperature,
+        }

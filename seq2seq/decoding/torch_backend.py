@@ -1,4 +1,5 @@
-"""Our backend: greedy or beam search (seq2seq.decoding.search) on a trained Transformer."""
+"""Our backend: greedy or beam search (seq2seq.decoding.search), or sampling
+(seq2seq.decoding.sampling), on a trained Transformer."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import torch
 
 from seq2seq.config import DecodingConfig, RootConfig
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.backend import output_limits, source_batch
+from seq2seq.decoding.backend import Request, output_limits, source_batch
 from seq2seq.decoding.checkpoint import load_trained
+from seq2seq.decoding.sampling import sample_search
 from seq2seq.decoding.search import Hypothesis, beam_search, greedy_search
 from seq2seq.model.transformer import Transformer
 
@@ -37,14 +39,31 @@ class TorchBackend:
         trained = load_trained(path)
         return cls(trained.model, trained.tokenizer, device, trained.config)
 
-    def decode(self, ids: list[list[int]], decoding: DecodingConfig) -> list[list[Hypothesis]]:
-        return self.search(source_batch(ids), decoding)
+    def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        src = source_batch([r.source for r in requests]).to(self.device)
+        return self.search(src, decoding, [r.line for r in requests])
 
     @torch.no_grad()
-    def search(self, src: torch.Tensor, decoding: DecodingConfig) -> list[list[Hypothesis]]:
-        """`src` (B, S): source ids with EOS, padded (`source_batch`)."""
+    def search(
+        self, src: torch.Tensor, decoding: DecodingConfig, lines: list[int] | None = None
+    ) -> list[list[Hypothesis]]:
+        """`src` (B, S): source ids with EOS, padded (`source_batch`); `lines`: their input
+        line numbers, which seed sampling (default 1, 2, ...)."""
         src = src.to(self.device)
         max_len = output_limits(src, decoding, self.max_len)
+        if decoding.search == "sample":
+            lines = lines or list(range(1, len(src) + 1))
+            return sample_search(
+                self.model,
+                src,
+                max_len,
+                [(decoding.seed, line) for line in lines],
+                decoding.nbest,
+                decoding.temperature,
+                decoding.top_k,
+                decoding.top_p,
+                decoding.length_penalty,
+            )
         if decoding.beam_size == 1:
             return greedy_search(self.model, src, max_len, decoding.length_penalty)
         return beam_search(

@@ -14,7 +14,7 @@ import torch
 from seq2seq.config import DecodingConfig, RootConfig, group_config
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.backend import Backend
+from seq2seq.decoding.backend import Backend, Request
 from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import DataError
@@ -95,7 +95,8 @@ class Translator:
         size = self.decoding.batch_size
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
-            decoded = self.backend.decode([ids[i] for i in chunk], self.decoding)
+            requests = [Request(ids[i], first_line + i) for i in chunk]
+            decoded = self.backend.decode(requests, self.decoding)
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
                 outputs[i] = [
