@@ -360,14 +360,20 @@ class CTranslate2Backend:
     def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
         ids = [r.source for r in requests]
         src, tgt = self.tokenizer.src, self.tokenizer.tgt
-        # one limit for the batch: its longest source's (the limit grows with the length)
+        # one limit for the batch: its longest source's (the limit grows with the length), or
+        # its longest prefix's (ours outputs a longer prefix whole)
         longest = source_batch([max(ids, key=len)])
         limit = int(output_limits(longest, decoding, self.max_len)[0])
+        limit = max(limit, *(len(r.prefix) for r in requests))
+        prefixes = None
+        if any(r.prefix for r in requests):
+            prefixes = [[tgt.id_to_piece(i) for i in r.prefix] for r in requests]
         # CTranslate2 returns at most beam_size hypotheses, also when sampling: there each
         # source goes in nbest times, one sample per copy
         copies = decoding.nbest if decoding.search == "sample" else 1
         results = self.engine.translate_batch(
             [[src.id_to_piece(i) for i in seq] for seq in ids for _ in range(copies)],
+            target_prefix=prefixes and [prefix for prefix in prefixes for _ in range(copies)],
             num_hypotheses=decoding.nbest // copies,
             length_penalty=decoding.length_penalty,
             max_input_length=0,  # source_ids has truncated (or refused) long lines

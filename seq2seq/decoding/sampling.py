@@ -27,6 +27,7 @@ from seq2seq.decoding.search import (
     Hypothesis,
     IncrementalDecoder,
     never_output,
+    prefix_table,
     restrict_outputs,
     strip_at_end,
 )
@@ -74,10 +75,13 @@ def sample_search(
     top_k: int = 0,
     top_p: float = 1.0,
     length_penalty: float = 1.0,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """`samples` draws per sentence of `src` (B, S), best score first. `seeds[b]`: the
     entropy of sentence b's generators (one per draw, `[*seeds[b], draw]`); `max_len` (B,):
-    output tokens before EOS."""
+    output tokens before EOS; `prefixes`: target ids every draw starts with (forced, scored,
+    and no random number is spent on them)."""
+    prefix, max_len = prefix_table(prefixes, max_len)
     b, n, device = src.shape[0], samples, src.device
     if len(seeds) != b:
         raise ValueError(f"{len(seeds)} seeds for {b} sentences")
@@ -94,10 +98,17 @@ def sample_search(
         log_probs, remainder = restrict_outputs(
             model, model.decode_step(state, tokens), t >= limit, never
         )
+        forced = torch.full_like(row, -1)
+        if prefix is not None and t < prefix.shape[1]:
+            forced = prefix[row // n, t]
+        free = (forced < 0).nonzero().squeeze(1)  # rows past their prefix draw a token
         uniforms = torch.tensor(
-            [generators[r].random() for r in row.tolist()], dtype=torch.float64, device=device
+            [generators[r].random() for r in row[free].tolist()],
+            dtype=torch.float64,
+            device=device,
         )
-        tokens = draw(truncate(log_probs, temperature, top_k, top_p), uniforms)
+        tokens = forced.clone()
+        tokens[free] = draw(truncate(log_probs[free], temperature, top_k, top_p), uniforms)
         outputs[row, t] = tokens
         step_scores[row, t] = log_probs.gather(1, tokens[:, None]).squeeze(1).float() - remainder
         going = tokens != model.eos_id

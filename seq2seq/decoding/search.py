@@ -87,12 +87,46 @@ def strip_at_end(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[
     return out
 
 
+def prefix_table(prefixes: list[list[int]] | None, max_len: Tensor) -> tuple[Tensor | None, Tensor]:
+    """Forced target prefixes as a (B, L) table padded with -1 (None when no sentence has
+    one), and `max_len` raised to each prefix's length: the limit counts the prefix, and a
+    prefix longer than it is still output whole."""
+    if not prefixes or not any(prefixes):
+        return None, max_len
+    table = torch.full((len(prefixes), max(map(len, prefixes))), -1, dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        table[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    table = table.to(max_len.device)
+    return table, torch.maximum(max_len, (table >= 0).sum(dim=1))
+
+
+def force_prefix(log_probs: Tensor, table: Tensor | None, rows: Tensor, t: int) -> Tensor:
+    """Rows whose sentence (`rows` (N,): rows of `table`) has a prefix token at step `t` may
+    only output it, scored with its log-probability. In place on `log_probs` (N, V)."""
+    if table is None or t >= table.shape[1]:
+        return log_probs
+    forced = table[rows, t]
+    constrained = (forced >= 0).nonzero().squeeze(1)
+    if len(constrained):
+        tokens = forced[constrained]
+        kept = log_probs[constrained, tokens]
+        log_probs[constrained] = float("-inf")
+        log_probs[constrained, tokens] = kept
+    return log_probs
+
+
 @torch.no_grad()
 def greedy_search(
-    model: IncrementalDecoder, src: Tensor, max_len: Tensor, length_penalty: float = 1.0
+    model: IncrementalDecoder,
+    src: Tensor,
+    max_len: Tensor,
+    length_penalty: float = 1.0,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Most probable next token at each step (one hypothesis per sentence). `max_len` (B,):
-    output tokens before EOS; `length_penalty` only scales the reported scores."""
+    output tokens before EOS; `length_penalty` only scales the reported scores; `prefixes`:
+    target ids each sentence's output must start with (forced, and scored)."""
+    prefix, max_len = prefix_table(prefixes, max_len)
     horizon = int(max_len.max()) + 1
     state = model.start_decoding(src, beam=1)
     outputs = torch.full((src.shape[0], horizon), model.pad_id, dtype=torch.long, device=src.device)
@@ -104,6 +138,7 @@ def greedy_search(
         log_probs, remainder = restrict_outputs(
             model, model.decode_step(state, tokens), t >= max_len, never
         )
+        force_prefix(log_probs, prefix, sentence, t)
         best, tokens = log_probs.max(dim=-1)
         outputs[sentence, t] = tokens
         step_scores[sentence, t] = best.float() - remainder
@@ -129,8 +164,10 @@ def beam_search(
     beam: int,
     length_penalty: float = 1.0,
     nbest: int = 1,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search; the `nbest` (<= beam) best finished hypotheses by score, best first.
+    `prefixes`: target ids each sentence's hypotheses must start with (forced, and scored).
 
     As in fairseq and CTranslate2: a hypothesis ends when an EOS candidate ranks among the top
     `beam` of the 2 x beam candidates of a step, and a sentence is done once it has `beam`
@@ -141,6 +178,7 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam}")
     b, k, device = src.shape[0], beam, src.device
+    prefix, max_len = prefix_table(prefixes, max_len)
     state = model.start_decoding(src, beam=k)
     inf = float("-inf")
     horizon = int(max_len.max()) + 1
@@ -166,6 +204,7 @@ def beam_search(
         log_probs, remainder = restrict_outputs(
             model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k), never
         )
+        force_prefix(log_probs.view(n * k, vocab), prefix, sentence.repeat_interleave(k), t)
         candidates = ((alive_score - remainder)[..., None] + log_probs).view(n, k * vocab)
         top_score, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K)
         source_beam, token = top_index // vocab, top_index % vocab

@@ -41,18 +41,19 @@ class TorchBackend:
 
     def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
         src = source_batch([r.source for r in requests]).to(self.device)
-        return self.search(src, decoding, [r.line for r in requests])
+        return self.search(src, decoding, requests)
 
     @torch.no_grad()
     def search(
-        self, src: torch.Tensor, decoding: DecodingConfig, lines: list[int] | None = None
+        self, src: torch.Tensor, decoding: DecodingConfig, requests: list[Request] | None = None
     ) -> list[list[Hypothesis]]:
-        """`src` (B, S): source ids with EOS, padded (`source_batch`); `lines`: their input
-        line numbers, which seed sampling (default 1, 2, ...)."""
+        """`src` (B, S): source ids with EOS, padded (`source_batch`); `requests`: what else
+        each sentence asks for (its line number seeds sampling; default 1, 2, ...)."""
         src = src.to(self.device)
         max_len = output_limits(src, decoding, self.max_len)
+        lines = [r.line for r in requests] if requests else list(range(1, len(src) + 1))
+        prefixes = [r.prefix for r in requests] if requests else None
         if decoding.search == "sample":
-            lines = lines or list(range(1, len(src) + 1))
             return sample_search(
                 self.model,
                 src,
@@ -63,9 +64,16 @@ class TorchBackend:
                 decoding.top_k,
                 decoding.top_p,
                 decoding.length_penalty,
+                prefixes,
             )
         if decoding.beam_size == 1:
-            return greedy_search(self.model, src, max_len, decoding.length_penalty)
+            return greedy_search(self.model, src, max_len, decoding.length_penalty, prefixes)
         return beam_search(
-            self.model, src, max_len, decoding.beam_size, decoding.length_penalty, decoding.nbest
+            self.model,
+            src,
+            max_len,
+            decoding.beam_size,
+            decoding.length_penalty,
+            decoding.nbest,
+            prefixes,
         )

@@ -75,27 +75,46 @@ class Translator:
         """The configuration of the run that trained the model, when recorded."""
         return self.backend.training_config
 
-    def translate(self, lines: list[str], where: str = "input", first_line: int = 1) -> list[str]:
+    def translate(
+        self,
+        lines: list[str],
+        where: str = "input",
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
+    ) -> list[str]:
         """One output per input line, in order; an empty line gives an empty line.
 
         A line longer than the model's positions is truncated with a warning, or raises
         (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
+        `prefixes`: per line, text its translation must start with ("" for none).
         """
-        return [best.text for best, *_ in self.translate_nbest(lines, where, first_line)]
+        nbest = self.translate_nbest(lines, where, first_line, prefixes)
+        return [best.text for best, *_ in nbest]
 
     def translate_nbest(
-        self, lines: list[str], where: str = "input", first_line: int = 1
+        self,
+        lines: list[str],
+        where: str = "input",
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
     ) -> list[list[Translation]]:
         """`decoding.nbest` translations per input line, best first, with their scores; an
-        empty line gives as many empty translations, scored 0 (nothing is decoded)."""
+        empty line gives as many empty translations, scored 0 (nothing is decoded, and its
+        prefix is not output either).
+
+        A prefix is normalised as the input is and encoded with the target SentencePiece
+        model; the output continues its pieces, so its text starts with the prefix's (the
+        prefix itself where every character is in the vocabulary). Its tokens count in the
+        score and the length, as in a teacher-forced score of the whole output."""
         ids = self.source_ids(lines, where, first_line)
+        targets = self.prefix_ids(prefixes, len(lines))
         empty = [Translation("", 0.0)] * self.decoding.nbest
         outputs = [empty] * len(lines)
         todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         size = self.decoding.batch_size
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
-            requests = [Request(ids[i], first_line + i) for i in chunk]
+            requests = [Request(ids[i], first_line + i, targets[i]) for i in chunk]
             decoded = self.backend.decode(requests, self.decoding)
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
@@ -103,6 +122,17 @@ class Translator:
                     Translation(t, h.score) for t, h in zip(texts, hypotheses, strict=True)
                 ]
         return outputs
+
+    def prefix_ids(self, prefixes: list[str] | None, lines: int) -> list[list[int]]:
+        """Target ids of each line's prefix (none: empty)."""
+        if prefixes is None:
+            return [[] for _ in range(lines)]
+        if len(prefixes) != lines:
+            raise DataError(
+                f"{len(prefixes)} prefixes for {lines} input lines: give one per line, "
+                "an empty one for a line without"
+            )
+        return self.tokenizer.encode_tgt([normalize(p) for p in prefixes])
 
     def source_ids(self, lines: list[str], where: str, first_line: int) -> list[list[int]]:
         """SentencePiece ids of the normalised lines, each within the model's positions."""
