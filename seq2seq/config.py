@@ -359,6 +359,7 @@ class TranslateConfig:
     ckpt_path: str
     input: str | None  # a text file; default: standard input
     output: str | None  # written when complete (temp file, then rename); default: stdout
+    prefixes: str | None  # a text file aligned with the input: what each output starts with
     decoding: DecodingConfig
 
     def check(self) -> None:

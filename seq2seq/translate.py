@@ -65,28 +65,68 @@ def nbest_lines(translations: list[list[Translation]], first_line: int) -> str:
     )
 
 
+def text_lines(chunk: list[bytes], where: str, first: int) -> list[str]:
+    """Lines of `chunk`, decoded; `first` is the 1-based number of its first line."""
+    lines = []
+    for number, raw in enumerate(chunk, start=first):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
+                "convert the input to UTF-8 (e.g. with iconv)"
+            ) from None
+    return lines
+
+
+@contextlib.contextmanager
+def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | None, str]]:
+    """A file of one line per input line (`setting`=FILE), or nothing."""
+    if path is None:
+        yield None, setting
+        return
+    if not Path(path).is_file():
+        raise DataError(
+            f"{setting}={path} is not a file; give a text file, one line per input line"
+        )
+    with open(path, "rb") as f:
+        yield f, path
+
+
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
     translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
-    with open_input(config.input) as (source, where), open_output(config.output) as target:
-        number = 0
+    with (
+        open_input(config.input) as (source, where),
+        open_aligned(config.prefixes, "prefixes") as (prefix_file, prefix_where),
+        open_output(config.output) as target,
+    ):
+        first = 1
         while chunk := list(itertools.islice(source, CHUNK_LINES)):
-            lines = []
-            for raw in chunk:
-                number += 1
-                try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
-                except UnicodeDecodeError as e:
+            lines = text_lines(chunk, where, first)
+            prefixes = None
+            if prefix_file is not None:
+                prefixes = text_lines(
+                    list(itertools.islice(prefix_file, len(chunk))), prefix_where, first
+                )
+                if len(prefixes) < len(lines):
                     raise DataError(
-                        f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
-                        "convert the input to UTF-8 (e.g. with iconv)"
-                    ) from None
-            first = number - len(lines) + 1
+                        f"{prefix_where} ends at line {first + len(prefixes) - 1}, {where} goes "
+                        "on: give one prefix per input line (an empty line for none)"
+                    )
             if config.decoding.nbest > 1:
-                target.write(nbest_lines(translator.translate_nbest(lines, where, first), first))
+                nbest = translator.translate_nbest(lines, where, first, prefixes)
+                target.write(nbest_lines(nbest, first))
             else:
-                target.write("".join(t + "\n" for t in translator.translate(lines, where, first)))
+                outputs = translator.translate(lines, where, first, prefixes)
+                target.write("".join(t + "\n" for t in outputs))
             target.flush()
+            first += len(lines)
+        if prefix_file is not None and prefix_file.readline():
+            raise DataError(
+                f"{prefix_where} has more lines than {where} ({first - 1}): give one prefix per "
+                "input line"
+            )
 
 
 if __name__ == "__main__":

@@ -209,6 +209,31 @@ def test_translate_files_are_written_whole(checkpoint: Path, tmp_path: Path) -> 
     assert not list(tmp_path.glob(".never.txt.*"))
 
 
+def test_translate_starts_each_output_with_its_prefix_and_refuses_misaligned_prefixes(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("a dog\n\nthe cat runs\nthe ball\n")
+    (tmp_path / "prefixes.txt").write_text("THE DOG\nIGNORED\n\nBALL A\n")
+    out = tmp_path / "out.txt"
+    args = [f"ckpt_path={checkpoint}", f"input={tmp_path / 'in.txt'}", f"output={out}"]
+    result = run("translate", tmp_path, *args, f"prefixes={tmp_path / 'prefixes.txt'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = out.read_text().split("\n")
+    assert lines[0].startswith("THE DOG") and lines[1] == "" and lines[3].startswith("BALL A")
+
+    for content, words in (
+        ("THE DOG\n", "prefixes.txt ends at line 1, "),
+        ("A\nB\nC\nD\nE\n", "prefixes.txt has more lines than "),
+    ):
+        (tmp_path / "prefixes.txt").write_text(content)
+        result = run("translate", tmp_path, *args, f"prefixes={tmp_path / 'prefixes.txt'}")
+        assert_fails(result, words)
+    assert_fails(
+        run("translate", tmp_path, *args, f"prefixes={tmp_path / 'none.txt'}"),
+        "prefixes=" + str(tmp_path / "none.txt") + " is not a file",
+    )
+
+
 def test_long_inputs_are_truncated_with_a_warning_or_refused(
     checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -147,6 +147,25 @@ def test_export_directory_gives_our_hypotheses_and_scores(
     assert scores == pytest.approx([t.score for n in expected for t in n], abs=1e-4)
 
 
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_export_directory_forces_prefixes_as_ours(
+    norm_model: Transformer, tokenizer: Tokenizer, tmp_path: Path, beam_size: int
+) -> None:
+    """CTranslate2's target_prefix gives our strings and scores, prefix tokens counted."""
+    ours, exported = ours_and_exported(
+        norm_model, tokenizer, tmp_path / "ct2", beam_size=beam_size, nbest=1
+    )
+    lines = [*SOURCES[:60], *LINES]
+    prefixes = [TARGETS[i].split(" ")[0] if i % 3 else "" for i in range(len(lines))]
+    expected = ours.translate_nbest(lines, prefixes=prefixes)
+    got = exported.translate_nbest(lines, prefixes=prefixes)
+    assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in expected]
+    assert [t.score for n in got for t in n] == pytest.approx(
+        [t.score for n in expected for t in n], abs=1e-4
+    )
+    assert all(n[0].text.startswith(p) for n, p in zip(expected, prefixes, strict=True))
+
+
 def test_export_directory_samples_with_our_settings_and_warns_about_its_seed(
     norm_model: Transformer,
     tokenizer: Tokenizer,

@@ -207,3 +207,21 @@ def test_samples_are_not_bounded_by_the_beam_and_name_their_files() -> None:
     config.check()  # 8 samples from beam_size 1
     assert decoding_tag(config) == "sample8-t1-k0-p0.9-lp1-seed0"
     assert decoding_tag(config_of("decoding/beam", DecodingConfig)) == "beam5-lp1"
+
+
+def test_draws_start_with_the_prefix_and_do_not_depend_on_other_rows_prefixes() -> None:
+    """A prefix spends no random numbers, so a sentence's draws are the same next to a
+    sentence with a prefix of another length, or alone."""
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
+    seeds = [(3, line) for line in range(len(src))]
+    prefixes = [[7, 8], [], [9], [10, 11, 12], []]
+    options = {"samples": 2, "temperature": 1.5}
+    batched = sample_search(model, src, max_len, seeds, prefixes=prefixes, **options)
+    for i in range(len(src)):
+        row = src[i : i + 1, : int((src[i] != PAD_ID).sum())]
+        [alone] = sample_search(
+            model, row, max_len[i : i + 1], [seeds[i]], prefixes=[prefixes[i]], **options
+        )
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert all(h.tokens[: len(prefixes[i])] == prefixes[i] for h in batched[i])

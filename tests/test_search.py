@@ -165,3 +165,43 @@ def test_max_output_len() -> None:
     src = torch.tensor([[5, 6, 7, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID]])
     assert max_output_len(src, 1.5, 2, limit=256, pad_id=PAD_ID).tolist() == [6, 3]
     assert max_output_len(src, 1.5, 2, limit=5, pad_id=PAD_ID).tolist() == [4, 3]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_a_prefix_is_forced_and_scored(beam: int, length_penalty: float) -> None:
+    """Greedy would start with A; a prefix of B (or A A) is output first, the rest searched,
+    and the score is the model's log-probability of the whole output, prefix included."""
+    model, src = TableModel(), torch.full((3, 2), 2)
+    max_len = torch.tensor([6, 6, 6])
+    prefixes = [[B], [A, A], []]
+    search = partial(beam_search, beam=beam) if beam > 1 else greedy_search
+    found = search(model, src, max_len, length_penalty=length_penalty, prefixes=prefixes)
+    free = search(model, src[:1], max_len[:1], length_penalty=length_penalty)
+    for [h], prefix in zip(found, prefixes, strict=True):
+        assert h.tokens[: len(prefix)] == prefix
+        expected = model.score(h.tokens) / (len(h.tokens) + 1) ** length_penalty
+        assert h.score == pytest.approx(expected, abs=1e-5)
+    assert found[0][0].tokens == [B]  # B then EOS (0.95)
+    assert found[2][0].tokens == free[0][0].tokens  # no prefix: as without any
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_prefixes_in_a_batch_equal_one_sentence_at_a_time(beam: int) -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
+    prefixes = [[7, 8], [], [9], [10, 11, 12], [13]]
+    batched = beam_search(model, src, max_len, beam=beam, prefixes=prefixes)
+    for i in range(len(src)):
+        row = src[i : i + 1, : int((src[i] != PAD_ID).sum())]
+        [alone] = beam_search(model, row, max_len[i : i + 1], beam=beam, prefixes=[prefixes[i]])
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+        assert batched[i][0].tokens[: len(prefixes[i])] == prefixes[i]
+
+
+def test_a_prefix_longer_than_the_limit_is_output_whole() -> None:
+    model, src = TableModel(), torch.full((1, 2), 2)
+    [[h]] = beam_search(model, src, torch.tensor([1]), beam=2, prefixes=[[A, B, A]])
+    assert h.tokens == [A, B, A]
+    assert h.score == pytest.approx(model.score([A, B, A]) / 4, abs=1e-5)
