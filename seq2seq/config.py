@@ -333,6 +333,7 @@ class EvaluateConfig:
     from the checkpoint; `data` holds keys merged over the checkpoint's data config."""
 
     ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
     decoding: DecodingConfig
     data: dict[str, Any]  # e.g. {"test_sets": ["val"]} or {"dir": "/elsewhere/multi30k"}
 
@@ -357,6 +358,7 @@ class TranslateConfig:
     """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
 
     ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
     input: str | None  # a text file; default: standard input
     output: str | None  # written when complete (temp file, then rename); default: stdout
     prefixes: str | None  # a text file aligned with the input: what each output starts with

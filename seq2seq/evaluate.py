@@ -11,9 +11,11 @@ signatures (<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.js
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +90,23 @@ def output_path(ckpt_path: Path, name: str) -> Path:
     return ckpt_path.with_name(f"{ckpt_path.stem}.{name}")
 
 
-def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[str, Any]) -> dict:
-    """Score `ckpt_path` (a checkpoint or an export directory) on its data config's test sets,
-    with `data` keys merged over that config (other sets or files); return and write the
-    scores."""
-    translator = Translator.from_checkpoint(ckpt_path, decoding, default_device())
+def ensemble_tag(paths: list[Path]) -> str:
+    """An ensemble in evaluate's file names: its size and a digest of its members' paths."""
+    members = "\n".join(str(p.resolve()) for p in paths)
+    return f"ensemble{len(paths)}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
+
+
+def evaluate_checkpoint(
+    ckpt_path: Path,
+    decoding: DecodingConfig,
+    data: dict[str, Any],
+    ensemble: Sequence[Path] = (),
+) -> dict:
+    """Score `ckpt_path` (a checkpoint or an export directory), or it and the checkpoints of
+    `ensemble` decoded as one, on its data config's test sets, with `data` keys merged over
+    that config (other sets or files); return and write the scores."""
+    members = [ckpt_path, *ensemble]
+    translator = Translator.from_checkpoint(members, decoding, default_device())
     training = translator.training_config
     if training is None:
         raise CheckpointError(
@@ -101,8 +115,11 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
         )
     files = evaluation_files(evaluation_data(training, data))
     tag = decoding_tag(decoding)
+    if ensemble:
+        tag = f"{ensemble_tag(members)}.{tag}"
     results: dict = {
         "checkpoint": str(ckpt_path),
+        "ensemble": [str(p) for p in members] if ensemble else None,
         "backend": translator.backend.name,
         "decoding": config_to_dict(decoding),
         "test_sets": {},
@@ -154,7 +171,8 @@ def score_table(results: dict, tag: str) -> Table:
 
 @entrypoint(config_name="evaluate", schema=EvaluateConfig)
 def main(config: EvaluateConfig) -> None:
-    evaluate_checkpoint(Path(config.ckpt_path), config.decoding, config.data)
+    others = [Path(p) for p in config.checkpoints]
+    evaluate_checkpoint(Path(config.ckpt_path), config.decoding, config.data, others)
 
 
 if __name__ == "__main__":

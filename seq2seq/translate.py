@@ -4,7 +4,9 @@ out (or `input=... output=...` files).
 One output line per input line, in order; an empty line gives an empty line. With
 `decoding.nbest=k` (k > 1), k lines per input line instead, best first, each
 `<input line number, 1-based>\t<score>\t<text>` (the score of an empty line's k empty texts is
-0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export. Reads in chunks,
+0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export; `checkpoints=[...]`
+adds checkpoints decoded with it as one ensemble. `prefixes=FILE`: line i is the text output i
+starts with. Reads in chunks,
 so output to stdout starts before the input ends; an output file appears only when complete.
 Logs go to stderr.
 """
@@ -95,7 +97,8 @@ def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | No
 
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
-    translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
+    checkpoints = [config.ckpt_path, *config.checkpoints]
+    translator = Translator.from_checkpoint(checkpoints, config.decoding, default_device())
     with (
         open_input(config.input) as (source, where),
         open_aligned(config.prefixes, "prefixes") as (prefix_file, prefix_where),

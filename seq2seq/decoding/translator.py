@@ -6,6 +6,7 @@ from seq2seq.decoding import Translator   # also: from seq2seq.translator import
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +18,7 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Backend, Request
 from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
 from seq2seq.decoding.torch_backend import TorchBackend
-from seq2seq.errors import DataError
+from seq2seq.errors import ConfigError, DataError
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,21 @@ class Translation(NamedTuple):
     score: float  # log-probability with EOS / (tokens + 1) ** length_penalty (decoding.search)
 
 
-def load_backend(path: Path, device: str | torch.device = "cpu") -> Backend:
-    """The backend of a checkpoint (.ckpt: ours) or of a directory written by seq2seq.export
-    (CTranslate2's)."""
-    path = Path(path)
-    if path.is_dir():
-        return CTranslate2Backend(path, device)
-    return TorchBackend.from_checkpoint(path, device)
+def load_backend(
+    paths: str | Path | Sequence[str | Path], device: str | torch.device = "cpu"
+) -> Backend:
+    """The backend of a checkpoint (.ckpt: ours), of a directory written by seq2seq.export
+    (CTranslate2's), or of several checkpoints decoded as one ensemble (ours)."""
+    paths = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    if len(paths) == 1 and paths[0].is_dir():
+        return CTranslate2Backend(paths[0], device)
+    for path in paths:
+        if path.is_dir():
+            raise ConfigError(
+                f"{path} is an export directory, and CTranslate2 decodes one model at a time: "
+                "an ensemble takes checkpoints (.ckpt)"
+            )
+    return TorchBackend.from_checkpoints(paths, device)
 
 
 class Translator:
@@ -64,10 +73,14 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, decoding: DecodingConfig | None = None, device: str = "cpu"
+        cls,
+        path: str | Path | Sequence[str | Path],
+        decoding: DecodingConfig | None = None,
+        device: str = "cpu",
     ) -> Translator:
-        """A checkpoint (.ckpt), or a directory written by seq2seq.export (CTranslate2)."""
-        backend = load_backend(Path(path), device)
+        """A checkpoint (.ckpt), a directory written by seq2seq.export (CTranslate2), or a list
+        of checkpoints decoded as one ensemble."""
+        backend = load_backend(path, device)
         return cls(backend, backend.tokenizer, decoding)
 
     @property
