@@ -119,6 +119,7 @@ class SentenceSearch:
     limit: int
     finished: list[Hypothesis] = field(default_factory=list)
     unmet: list[Hypothesis] = field(default_factory=list)
+    best_ended: bool = False  # a step's best candidate was a finished hypothesis
 
 
 def allocate(candidates: list[tuple[float, int, Alive]], banks: int, k: int) -> list:
@@ -214,12 +215,9 @@ def constrained_beam_search(
             growing = [c for c in candidates if c[3].tokens[-1] != model.eos_id]
             chosen = allocate(growing, banks, k)
             # without length penalty scores only fall: a finished best candidate stays best
-            settled = (
-                length_penalty == 0
-                and bool(selected)
-                and selected[0][3].tokens[-1] == (model.eos_id)
-                and selected[0][3].met == search.matcher.all_met
-            )
+            if selected and selected[0][3].tokens[-1] == model.eos_id:
+                search.best_ended |= selected[0][3].met == search.matcher.all_met
+            settled = length_penalty == 0 and search.best_ended
             finished = len(search.finished)
             if finished >= k or (settled and finished >= nbest) or t >= search.limit or not chosen:
                 continue  # done: its rows leave the batch
