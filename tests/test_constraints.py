@@ -1,0 +1,105 @@
+"""Lexically constrained beam search: every phrase appears in the output where the limits allow,
+overlapping phrases count where they overlap, scores are the model's own, and sentences
+without phrases are searched exactly as by beam search."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import SPECIAL_IDS, A, B, C, TableModel, config_of
+
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.decoding.constraints import PhraseMatcher, constrained_beam_search
+from seq2seq.decoding.search import beam_search, max_output_len
+from seq2seq.model.config import ModelConfig
+from seq2seq.model.transformer import Transformer
+
+
+def contains(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+def matched(matcher: PhraseMatcher, tokens: list[int]) -> tuple[int, int]:
+    met, node = 0, 0
+    for token in tokens:
+        met, node = matcher.advance(met, node, token)
+    return met, node
+
+
+def test_the_matcher_finds_phrases_anywhere_and_where_they_overlap() -> None:
+    matcher = PhraseMatcher([[4, 5], [5], [5, 6, 7]])
+    assert matched(matcher, [4, 5])[0] == 0b011  # "red ball" holds "ball"
+    assert matched(matcher, [9, 4, 5, 6, 7])[0] == 0b111
+    assert matched(matcher, [5, 6, 8])[0] == 0b010
+    met, node = matched(matcher, [9, 5, 6])
+    assert met == 0b010 and matcher.progress(met, node) == 1 + 2  # "ball", then 2 of 3
+    assert matcher.advancing(met, node) == {7, 4}  # on into [5, 6, 7], or start [4, 5]
+    assert matcher.progress(*matched(matcher, [4, 5, 6, 7])) == matcher.total
+
+
+def tiny_transformer() -> Transformer:
+    torch.manual_seed(0)
+    config = config_of(
+        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
+    )
+    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
+
+
+def sources() -> torch.Tensor:
+    torch.manual_seed(3)
+    src = torch.randint(4, 30, (5, 9))
+    src[:, -1] = EOS_ID
+    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
+    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
+    return src
+
+
+@pytest.mark.parametrize(("length_penalty", "nbest"), [(1.0, 1), (0.0, 1), (1.0, 3)])
+def test_without_phrases_it_is_beam_search(length_penalty: float, nbest: int) -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
+    expected = beam_search(model, src, max_len, 4, length_penalty, nbest)
+    got = constrained_beam_search(model, src, max_len, 4, [[]] * 5, length_penalty, nbest)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "phrases",
+    [[[C]], [[B, A]], [[C, A], [A, B]], [[A, B], [B, A]], [[A, C, B], [C]]],
+    ids=["unlikely token", "two words", "two phrases", "overlapping", "one inside another"],
+)
+def test_every_phrase_appears_with_the_models_score(phrases: list[list[int]]) -> None:
+    """The table model's unconstrained best is B (then EOS): each phrase list is met, and
+    the score is the model's log-probability of the output over its length."""
+    model, src, max_len = TableModel(), torch.full((1, 2), 2), torch.tensor([8])
+    [[free]] = beam_search(model, src, max_len, 4)
+    assert not all(contains(free.tokens, p) for p in phrases)
+    [[h]] = constrained_beam_search(model, src, max_len, 4, [phrases])
+    assert all(contains(h.tokens, p) for p in phrases), h.tokens
+    assert h.score == pytest.approx(model.score(h.tokens) / (len(h.tokens) + 1), abs=1e-5)
+
+
+def test_overlapping_phrases_share_their_tokens() -> None:
+    model, src, max_len = TableModel(), torch.full((1, 2), 2), torch.tensor([8])
+    [[h]] = constrained_beam_search(model, src, max_len, 4, [[[A, B], [B, A]]])
+    assert len(h.tokens) == 3  # A B A (or B A B): no token repeated for the second phrase
+
+
+def test_a_phrase_beyond_the_length_limit_gives_the_best_output_without_it() -> None:
+    model, src = TableModel(), torch.full((1, 2), 2)
+    [[h]] = constrained_beam_search(model, src, torch.tensor([1]), 3, [[[C, C, C]]])
+    assert len(h.tokens) <= 1 and not contains(h.tokens, [C, C, C])
+
+
+def test_phrases_in_a_batch_equal_one_sentence_at_a_time() -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 6, limit=256, pad_id=PAD_ID)
+    phrases = [[[7, 8]], [], [[9], [10, 11]], [[12]], [[13, 14, 15]]]
+    batched = constrained_beam_search(model, src, max_len, 5, phrases)
+    for i in range(len(src)):
+        row = src[i : i + 1, : int((src[i] != PAD_ID).sum())]
+        [alone] = constrained_beam_search(model, row, max_len[i : i + 1], 5, [phrases[i]])
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert all(contains(batched[i][0].tokens, p) for p in phrases[i])
