@@ -362,6 +362,7 @@ class TranslateConfig:
     input: str | None  # a text file; default: standard input
     output: str | None  # written when complete (temp file, then rename); default: stdout
     prefixes: str | None  # a text file aligned with the input: what each output starts with
+    constraints: str | None  # a text file aligned with the input: phrases, tab-separated
     decoding: DecodingConfig
 
     def check(self) -> None:

@@ -6,7 +6,8 @@ One output line per input line, in order; an empty line gives an empty line. Wit
 `<input line number, 1-based>\t<score>\t<text>` (the score of an empty line's k empty texts is
 0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export; `checkpoints=[...]`
 adds checkpoints decoded with it as one ensemble. `prefixes=FILE`: line i is the text output i
-starts with. Reads in chunks,
+starts with; `constraints=FILE`: line i holds the phrases output i must contain, separated by
+tabs (seq2seq.decoding.constraints). Reads in chunks,
 so output to stdout starts before the input ends; an output file appears only when complete.
 Logs go to stderr.
 """
@@ -95,6 +96,27 @@ def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | No
         yield f, path
 
 
+def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> list[str] | None:
+    """The next `count` lines of a file aligned with the input (None without one); one that
+    ends before the input is refused."""
+    if file is None:
+        return None
+    lines = text_lines(list(itertools.islice(file, count)), where, first)
+    if len(lines) < count:
+        raise DataError(
+            f"{where} ends at line {first + len(lines) - 1}, the input goes on: give one line "
+            "per input line (an empty line for none)"
+        )
+    return lines
+
+
+def check_ended(file: BinaryIO | None, where: str, lines: int) -> None:
+    if file is not None and file.readline():
+        raise DataError(
+            f"{where} has more lines than the input ({lines}): give one line per input line"
+        )
+
+
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
     checkpoints = [config.ckpt_path, *config.checkpoints]
@@ -102,34 +124,25 @@ def main(config: TranslateConfig) -> None:
     with (
         open_input(config.input) as (source, where),
         open_aligned(config.prefixes, "prefixes") as (prefix_file, prefix_where),
+        open_aligned(config.constraints, "constraints") as (phrase_file, phrase_where),
         open_output(config.output) as target,
     ):
         first = 1
         while chunk := list(itertools.islice(source, CHUNK_LINES)):
             lines = text_lines(chunk, where, first)
-            prefixes = None
-            if prefix_file is not None:
-                prefixes = text_lines(
-                    list(itertools.islice(prefix_file, len(chunk))), prefix_where, first
-                )
-                if len(prefixes) < len(lines):
-                    raise DataError(
-                        f"{prefix_where} ends at line {first + len(prefixes) - 1}, {where} goes "
-                        "on: give one prefix per input line (an empty line for none)"
-                    )
+            prefixes = aligned_lines(prefix_file, prefix_where, len(lines), first)
+            phrases = aligned_lines(phrase_file, phrase_where, len(lines), first)
+            constraints = phrases and [line.split("\t") if line else [] for line in phrases]
             if config.decoding.nbest > 1:
-                nbest = translator.translate_nbest(lines, where, first, prefixes)
+                nbest = translator.translate_nbest(lines, where, first, prefixes, constraints)
                 target.write(nbest_lines(nbest, first))
             else:
-                outputs = translator.translate(lines, where, first, prefixes)
+                outputs = translator.translate(lines, where, first, prefixes, constraints)
                 target.write("".join(t + "\n" for t in outputs))
             target.flush()
             first += len(lines)
-        if prefix_file is not None and prefix_file.readline():
-            raise DataError(
-                f"{prefix_where} has more lines than {where} ({first - 1}): give one prefix per "
-                "input line"
-            )
+        check_ended(prefix_file, prefix_where, first - 1)
+        check_ended(phrase_file, phrase_where, first - 1)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,28 @@ without phrases are searched exactly as by beam search."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from helpers import SPECIAL_IDS, A, B, C, TableModel, config_of
+from helpers import (
+    SPECIAL_IDS,
+    A,
+    B,
+    C,
+    TableModel,
+    config_of,
+    teacher_forced_score,
+    toy_corpus,
+    toy_tokenizer,
+    trained_toy_model,
+)
 
-from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.config import DecodingConfig
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from seq2seq.decoding.backend import Request
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import ConfigError, DataError
 from seq2seq.decoding.constraints import PhraseMatcher, constrained_beam_search
 from seq2seq.decoding.search import beam_search, max_output_len
 from seq2seq.model.config import ModelConfig
@@ -103,3 +120,71 @@ def test_phrases_in_a_batch_equal_one_sentence_at_a_time() -> None:
         [alone] = constrained_beam_search(model, row, max_len[i : i + 1], 5, [phrases[i]])
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert all(contains(batched[i][0].tokens, p) for p in phrases[i])
+
+
+@pytest.fixture(scope="module")
+def toy() -> tuple[Tokenizer, Transformer]:
+    tokenizer = toy_tokenizer(60)
+    return tokenizer, trained_toy_model(tokenizer).eval()
+
+
+LINES = toy_corpus(30)[0][:12]
+PHRASES = [["BALL"], [], ["RED DOG", "CAT"], ["UNDER THE"], *[[]] * 8]
+
+
+def test_translations_contain_their_phrases_and_carry_the_models_scores(toy) -> None:
+    tokenizer, model = toy
+    decoding = config_of("decoding/beam", DecodingConfig, beam_size=6)
+    translator = Translator(model, tokenizer, decoding)
+    free = translator.translate(LINES)
+    constrained = translator.translate(LINES, constraints=PHRASES)
+    for output, phrases, unconstrained in zip(constrained, PHRASES, free, strict=True):
+        assert all(p in output for p in phrases), (output, phrases)
+        if not phrases:
+            assert output == unconstrained
+    sources = tokenizer.encode_src(LINES)
+    requests = [
+        Request(s, i + 1, [], tokenizer.encode_tgt(p) if p else [])
+        for i, (s, p) in enumerate(zip(sources, PHRASES, strict=True))
+    ]
+    for request, [best] in zip(
+        requests, translator.backend.decode(requests, decoding), strict=True
+    ):
+        assert best.score == pytest.approx(
+            teacher_forced_score(model, request.source, best.tokens), abs=1e-4
+        )
+
+
+def test_prefix_and_constraints_together(toy) -> None:
+    tokenizer, model = toy
+    translator = Translator(model, tokenizer, config_of("decoding/beam", DecodingConfig))
+    [output] = translator.translate(LINES[:1], prefixes=["A"], constraints=[["BALL"]])
+    assert output.startswith("A") and "BALL" in output
+
+
+def test_unmet_phrases_are_warned_with_the_line(toy, caplog: pytest.LogCaptureFixture) -> None:
+    tokenizer, model = toy
+    decoding = config_of("decoding/beam", DecodingConfig, max_len_a=0.0, max_len_b=1)
+    translator = Translator(model, tokenizer, decoding)
+    translator.translate(LINES[:2], "in.txt", 7, constraints=[["RED BALL UNDER THE CAT"], []])
+    assert "in.txt, line 7: no translation within the length limit and beam holds" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("constraints", "words"),
+    [
+        ([["A"]], "constraints for 1 lines, 12 input lines"),
+        ([["A", " "], *[[]] * 11], "constraints of input, line 1: an empty phrase"),
+    ],
+)
+def test_bad_constraints_are_refused(toy, constraints: list, words: str) -> None:
+    tokenizer, model = toy
+    with pytest.raises(DataError, match=re.escape(words)):
+        Translator(model, tokenizer).translate(LINES, constraints=constraints)
+
+
+def test_sampling_with_constraints_is_refused(toy) -> None:
+    tokenizer, model = toy
+    translator = Translator(model, tokenizer, config_of("decoding/sample", DecodingConfig))
+    with pytest.raises(ConfigError, match="decoding=sample cannot take constraints"):
+        translator.translate(LINES[:1], constraints=[["BALL"]])

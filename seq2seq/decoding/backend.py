@@ -24,6 +24,7 @@ class Request(NamedTuple):
     source: list[int]  # source ids, without EOS, within the model's positions
     line: int  # its 1-based line number in the input: what a sentence's samples are seeded by
     prefix: list[int] = []  # target ids the output starts with (forced); none when empty
+    constraints: list[list[int]] = []  # phrases (target ids) the output must contain
 
 
 class Backend(Protocol):

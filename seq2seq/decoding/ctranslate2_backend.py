@@ -358,6 +358,12 @@ class CTranslate2Backend:
         self.warned_about_seeds = False
 
     def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        if any(r.constraints for r in requests):
+            raise ConfigError(
+                "constraints: CTranslate2 has no lexically constrained decoding; translate with "
+                "the checkpoint (ckpt_path=<run>/checkpoints/<name>.ckpt) instead of the export "
+                "directory"
+            )
         ids = [r.source for r in requests]
         src, tgt = self.tokenizer.src, self.tokenizer.tgt
         # one limit for the batch: its longest source's (the limit grows with the length), or

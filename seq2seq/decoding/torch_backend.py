@@ -11,6 +11,7 @@ from seq2seq.config import DecodingConfig, RootConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Request, output_limits, source_batch
 from seq2seq.decoding.checkpoint import load_trained
+from seq2seq.decoding.constraints import constrained_beam_search
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.sampling import sample_search
 from seq2seq.decoding.search import Hypothesis, beam_search, greedy_search
@@ -75,6 +76,23 @@ class TorchBackend:
         max_len = output_limits(src, decoding, self.max_len)
         lines = [r.line for r in requests] if requests else list(range(1, len(src) + 1))
         prefixes = [r.prefix for r in requests] if requests else None
+        constraints = [r.constraints for r in requests] if requests else []
+        if any(constraints):
+            if decoding.search == "sample":
+                raise ConfigError(
+                    "decoding=sample cannot take constraints: lexically constrained decoding "
+                    "is a beam search (decoding=beam, decoding.beam_size >= phrase tokens + 1)"
+                )
+            return constrained_beam_search(
+                self.model,
+                src,
+                max_len,
+                decoding.beam_size,
+                constraints,
+                decoding.length_penalty,
+                decoding.nbest,
+                prefixes,
+            )
         if decoding.search == "sample":
             return sample_search(
                 self.model,
