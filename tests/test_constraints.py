@@ -24,10 +24,10 @@ from helpers import (
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decoding.backend import Request
-from seq2seq.decoding.translator import Translator
-from seq2seq.errors import ConfigError, DataError
 from seq2seq.decoding.constraints import PhraseMatcher, constrained_beam_search
 from seq2seq.decoding.search import beam_search, max_output_len
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import ConfigError, DataError
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
