@@ -334,6 +334,8 @@ class EvaluateConfig:
 
     ckpt_path: str
     checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
+    prefixes: str | None  # a file aligned with the (one) test set's sources: output prefixes
+    constraints: str | None  # likewise: phrases each output must contain, tab-separated
     decoding: DecodingConfig
     data: dict[str, Any]  # e.g. {"test_sets": ["val"]} or {"dir": "/elsewhere/multi30k"}
 

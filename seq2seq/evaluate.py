@@ -32,7 +32,13 @@ from seq2seq.config import (
     config_to_dict,
     validate_config,
 )
-from seq2seq.data.corpus import SplitPaths, ensure_available, read_parallel, split_paths
+from seq2seq.data.corpus import (
+    SplitPaths,
+    ensure_available,
+    normalize,
+    read_parallel,
+    split_paths,
+)
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
@@ -96,15 +102,41 @@ def ensemble_tag(paths: list[Path]) -> str:
     return f"ensemble{len(paths)}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
 
 
+def aligned_file(path: Path, lines: int, setting: str) -> list[str]:
+    """A file with one line per source line of the test set (`setting`=FILE)."""
+    if not path.is_file():
+        raise DataError(f"{setting}={path} is not a file; give one line per test sentence")
+    content = path.read_text(encoding="utf-8").splitlines()
+    if len(content) != lines:
+        raise DataError(
+            f"{setting}={path} has {len(content)} lines and the test set {lines}: give one "
+            "line per test sentence (an empty line for none)"
+        )
+    return content
+
+
+def file_tag(kind: str, path: Path) -> str:
+    return f"{kind}-{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}"
+
+
+def constraints_met(hypotheses: list[str], constraints: list[list[str]]) -> float:
+    """The share of phrases that their line's hypothesis contains."""
+    pairs = [(h, p) for h, phrases in zip(hypotheses, constraints, strict=True) for p in phrases]
+    return sum(normalize(p) in h for h, p in pairs) / max(len(pairs), 1)
+
+
 def evaluate_checkpoint(
     ckpt_path: Path,
     decoding: DecodingConfig,
     data: dict[str, Any],
     ensemble: Sequence[Path] = (),
+    prefixes: Path | None = None,
+    constraints: Path | None = None,
 ) -> dict:
     """Score `ckpt_path` (a checkpoint or an export directory), or it and the checkpoints of
     `ensemble` decoded as one, on its data config's test sets, with `data` keys merged over
-    that config (other sets or files); return and write the scores."""
+    that config (other sets or files); return and write the scores. `prefixes` and
+    `constraints` (files of one line per sentence) need a single test set."""
     members = [ckpt_path, *ensemble]
     translator = Translator.from_checkpoint(members, decoding, default_device())
     training = translator.training_config
@@ -117,6 +149,14 @@ def evaluate_checkpoint(
     tag = decoding_tag(decoding)
     if ensemble:
         tag = f"{ensemble_tag(members)}.{tag}"
+    if (prefixes or constraints) and len(files) != 1:
+        raise ConfigError(
+            f"config key 'prefixes'/'constraints': files for one test set, and data.test_sets "
+            f"has {len(files)}; pick one, e.g. data.test_sets=[{next(iter(files))}]"
+        )
+    for kind, path in (("prefix", prefixes), ("constraints", constraints)):
+        if path is not None:
+            tag = f"{tag}+{file_tag(kind, path)}"
     results: dict = {
         "checkpoint": str(ckpt_path),
         "ensemble": [str(p) for p in members] if ensemble else None,
@@ -126,8 +166,13 @@ def evaluate_checkpoint(
     }
     for name, split in files.items():
         sources, references = read_parallel(split)
+        forced = prefixes and aligned_file(prefixes, len(sources), "prefixes")
+        phrases = constraints and [
+            line.split("\t") if line else []
+            for line in aligned_file(constraints, len(sources), "constraints")
+        ]
         start = time.perf_counter()
-        hypotheses = translator.translate(sources, str(split.src))
+        hypotheses = translator.translate(sources, str(split.src), 1, forced, phrases)
         seconds = time.perf_counter() - start
         hyp_path = output_path(ckpt_path, f"{name}.{tag}.hyp")
         with atomic_path(hyp_path) as tmp:
@@ -137,8 +182,10 @@ def evaluate_checkpoint(
             references_path = output_path(ckpt_path, f"{name}.ref")
             with atomic_path(references_path) as tmp:
                 tmp.write_text("".join(r + "\n" for r in references), encoding="utf-8")
+        met = {"constraints_met": constraints_met(hypotheses, phrases)} if phrases else {}
         results["test_sets"][name] = {
             **corpus_scores(hypotheses, references),
+            **met,
             "sentences": len(sources),
             "decoding_seconds": round(seconds, 2),
             "hypotheses": str(hyp_path),
@@ -172,7 +219,10 @@ def score_table(results: dict, tag: str) -> Table:
 @entrypoint(config_name="evaluate", schema=EvaluateConfig)
 def main(config: EvaluateConfig) -> None:
     others = [Path(p) for p in config.checkpoints]
-    evaluate_checkpoint(Path(config.ckpt_path), config.decoding, config.data, others)
+    prefixes, constraints = (Path(p) if p else None for p in (config.prefixes, config.constraints))
+    evaluate_checkpoint(
+        Path(config.ckpt_path), config.decoding, config.data, others, prefixes, constraints
+    )
 
 
 if __name__ == "__main__":
