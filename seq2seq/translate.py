@@ -110,6 +110,19 @@ def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> 
     return lines
 
 
+def phrase_lists(lines: list[str], where: str, first: int) -> list[list[str]]:
+    """Each line's tab-separated phrases; an empty one (two tabs in a row, or one at an end)
+    is refused."""
+    lists = [line.split("\t") if line else [] for line in lines]
+    for number, phrases in enumerate(lists, start=first):
+        if any(not phrase.strip() for phrase in phrases):
+            raise DataError(
+                f"{where}, line {number}: an empty phrase (two tabs in a row, or one at an "
+                "end); separate the phrases by single tabs"
+            )
+    return lists
+
+
 def check_ended(file: BinaryIO | None, where: str, lines: int) -> None:
     if file is not None and file.readline():
         raise DataError(
@@ -132,7 +145,7 @@ def main(config: TranslateConfig) -> None:
             lines = text_lines(chunk, where, first)
             prefixes = aligned_lines(prefix_file, prefix_where, len(lines), first)
             phrases = aligned_lines(phrase_file, phrase_where, len(lines), first)
-            constraints = phrases and [line.split("\t") if line else [] for line in phrases]
+            constraints = phrases and phrase_lists(phrases, phrase_where, first)
             if config.decoding.nbest > 1:
                 nbest = translator.translate_nbest(lines, where, first, prefixes, constraints)
                 target.write(nbest_lines(nbest, first))

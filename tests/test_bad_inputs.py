@@ -241,6 +241,14 @@ def test_translate_starts_each_output_with_its_prefix_and_refuses_misaligned_pre
         run("translate", tmp_path, *args, f"prefixes={tmp_path / 'none.txt'}"),
         "prefixes=" + str(tmp_path / "none.txt") + " is not a file",
     )
+    (tmp_path / "terms.txt").write_text("DOG\n\nCAT\t\tRUNS\nBALL\n")
+    result = run("translate", tmp_path, *args, f"constraints={tmp_path / 'terms.txt'}")
+    assert_fails(result, "terms.txt, line 3: an empty phrase (two tabs in a row")
+    (tmp_path / "terms.txt").write_text("DOG\n\nCAT\tRUNS\nBALL\n")
+    result = run("translate", tmp_path, *args, f"constraints={tmp_path / 'terms.txt'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = out.read_text().split("\n")
+    assert "DOG" in outputs[0] and "CAT" in outputs[2] and "RUNS" in outputs[2]
 
 
 def test_an_ensemble_decodes_as_one_model_and_needs_one_vocabulary_of_checkpoints(
