@@ -174,9 +174,12 @@ def constrained_beam_search(
         rows = torch.tensor(sentence, device=device).repeat_interleave(k)
         force_prefix(log_probs.view(n * k, -1), prefix, rows, t)
         scores = (log_probs.float() - remainder[..., None]).cpu()
-        for i, s in enumerate(sentence):  # rows beyond a sentence's hypotheses are copies
-            scores[i, len(searches[s].alive) :] = float("-inf")
-        top = scores.view(n, -1).topk(2 * k, dim=1)
+        totals = torch.full((n, k), float("-inf"))  # rows past a sentence's hypotheses: copies
+        for i, s in enumerate(sentence):
+            alive = searches[s].alive
+            totals[i, : len(alive)] = torch.tensor([h.score for h in alive])
+            scores[i, len(alive) :] = float("-inf")
+        top = (scores + totals[..., None]).view(n, -1).topk(2 * k, dim=1)
         best = scores.max(dim=-1).indices
         reorder, next_tokens, keep = [], [], []
         for i, s in enumerate(sentence):
@@ -205,18 +208,25 @@ def constrained_beam_search(
                 grown = Alive([*hypothesis.tokens, token], total, met, node)
                 candidates.append((total, progress, r, grown))
             banks = search.matcher.total + 1
-            selected = allocate(candidates, banks, k)
+            # as in beam search, an EOS ends a hypothesis when it ranks among the k best, here
+            # of the candidates that hold every phrase; one that lacks some ends in the fallback
+            complete = [c for c in candidates if c[3].met == search.matcher.all_met]
+            selected = sorted(complete, key=lambda c: -c[0])[:k]
             for total, _, _, grown in selected:
-                if grown.tokens[-1] != model.eos_id:
-                    continue
-                ended = Hypothesis(grown.tokens[:-1], total / float(t + 1) ** length_penalty)
-                pool = search.finished if grown.met == search.matcher.all_met else search.unmet
-                pool.append(ended)
+                if grown.tokens[-1] == model.eos_id:
+                    score = total / float(t + 1) ** length_penalty
+                    search.finished.append(Hypothesis(grown.tokens[:-1], score))
+            for total, _, _, grown in candidates:
+                if grown.tokens[-1] == model.eos_id and grown.met != search.matcher.all_met:
+                    score = total / float(t + 1) ** length_penalty
+                    search.unmet.append(Hypothesis(grown.tokens[:-1], score))
             growing = [c for c in candidates if c[3].tokens[-1] != model.eos_id]
             chosen = allocate(growing, banks, k)
-            # without length penalty scores only fall: a finished best candidate stays best
-            if selected and selected[0][3].tokens[-1] == model.eos_id:
-                search.best_ended |= selected[0][3].met == search.matcher.all_met
+            # without length penalty scores only fall: an ended hypothesis that is the best of
+            # all candidates, those still short of a phrase included, stays the best
+            best_candidate = max(candidates, key=lambda c: c[0], default=None)
+            if best_candidate and best_candidate[3].tokens[-1] == model.eos_id:
+                search.best_ended |= best_candidate[3].met == search.matcher.all_met
             settled = length_penalty == 0 and search.best_ended
             finished = len(search.finished)
             if finished >= k or (settled and finished >= nbest) or t >= search.limit or not chosen:
