@@ -245,7 +245,8 @@ def test_translate_starts_each_output_with_its_prefix_and_refuses_misaligned_pre
     result = run("translate", tmp_path, *args, f"constraints={tmp_path / 'terms.txt'}")
     assert_fails(result, "terms.txt, line 3: an empty phrase (two tabs in a row")
     (tmp_path / "terms.txt").write_text("DOG\n\nCAT\tRUNS\nBALL\n")
-    result = run("translate", tmp_path, *args, f"constraints={tmp_path / 'terms.txt'}")
+    terms = f"constraints={tmp_path / 'terms.txt'}"
+    result = run("translate", tmp_path, *args, terms, "decoding.beam_size=16")  # room for them
     assert result.returncode == 0, result.stderr[-2000:]
     outputs = out.read_text().split("\n")
     assert "DOG" in outputs[0] and "CAT" in outputs[2] and "RUNS" in outputs[2]
@@ -260,8 +261,8 @@ def test_an_ensemble_decodes_as_one_model_and_needs_one_vocabulary_of_checkpoint
     assert alone.returncode == 0, alone.stderr[-2000:]
     twice = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", f"checkpoints=[{checkpoint}]")
     assert twice.returncode == 0, twice.stderr[-2000:]
-    [single] = checkpoint.parent.glob(f"{checkpoint.stem}.test.greedy.scores.json")
-    [ensemble] = checkpoint.parent.glob(f"{checkpoint.stem}.ensemble2-*.test.greedy.scores.json")
+    [single] = checkpoint.parent.glob(f"{checkpoint.stem}.test.beam5-lp1.scores.json")
+    [ensemble] = checkpoint.parent.glob(f"{checkpoint.stem}.test.ensemble2-*.beam5-lp1.scores.json")
     scores = [json.loads(p.read_text())["test_sets"]["test"] for p in (single, ensemble)]
     assert scores[0]["bleu"] == scores[1]["bleu"]
     assert Path(scores[1]["hypotheses"]).read_text() == Path(scores[0]["hypotheses"]).read_text()

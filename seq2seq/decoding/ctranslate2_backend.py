@@ -396,6 +396,8 @@ class CTranslate2Backend:
             ]
             for result in results
         ]
+        if prefixes:
+            hypotheses = self.with_prefix_scores(ids, requests, hypotheses, decoding)
         if copies == 1:
             return hypotheses
         return [
@@ -405,6 +407,40 @@ class CTranslate2Backend:
                 reverse=True,
             )
             for i in range(0, len(hypotheses), copies)
+        ]
+
+    def with_prefix_scores(
+        self,
+        ids: list[list[int]],
+        requests: list[Request],
+        hypotheses: list[list[Hypothesis]],
+        decoding: DecodingConfig,
+    ) -> list[list[Hypothesis]]:
+        """CTranslate2 leaves a target prefix's log-probabilities out of a hypothesis's score
+        (its length still counts them); ours scores the whole output, so they are added back,
+        as `score_batch` gives them (the prefix's tokens only: `max_input_length=0`)."""
+        src, tgt = self.tokenizer.src, self.tokenizer.tgt
+        copies = len(hypotheses) // len(requests)
+        scored = self.engine.score_batch(
+            [[src.id_to_piece(i) for i in seq] for seq in ids],
+            [[tgt.id_to_piece(i) for i in r.prefix] for r in requests],
+            max_input_length=0,
+        )
+        prefix_log_probs = [
+            sum(result.log_probs[: len(r.prefix)])
+            for result, r in zip(scored, requests, strict=True)
+        ]
+        return [
+            [
+                Hypothesis(
+                    h.tokens,
+                    h.score
+                    + prefix_log_probs[i // copies]
+                    / (len(h.tokens) + 1) ** decoding.length_penalty,
+                )
+                for h in hypotheses[i]
+            ]
+            for i in range(len(hypotheses))
         ]
 
     def search_options(self, decoding: DecodingConfig) -> dict[str, Any]:
