@@ -126,10 +126,10 @@ def test_time_split_counts_each_sample_once_under_its_most_specific_part(tmp_pat
 
 
 def test_the_terminology_rule_takes_the_longest_words(monkeypatch: pytest.MonkeyPatch) -> None:
-    """scripts/terminology.py's phrases: the longest word of 4+ letters, on even lines also
-    the next longest distinct one; punctuation dropped, first on ties."""
+    """scripts/decoding_features.py's terminology phrases: the longest word of 4+ letters, on
+    even lines also the next longest distinct one; punctuation dropped, first on ties."""
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    from terminology import phrases_of
+    from decoding_features import phrases_of
 
     reference = "Ein Hund läuft über eine grüne Wiese, der Hund bellt."
     assert phrases_of(reference, 1) == ["läuft"]

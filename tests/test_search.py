@@ -205,3 +205,30 @@ def test_a_prefix_longer_than_the_limit_is_output_whole() -> None:
     [[h]] = beam_search(model, src, torch.tensor([1]), beam=2, prefixes=[[A, B, A]])
     assert h.tokens == [A, B, A]
     assert h.score == pytest.approx(model.score([A, B, A]) / 4, abs=1e-5)
+
+
+def test_beam_search_ranks_a_prefix_by_its_continuation_and_scores_it_whole() -> None:
+    """The improbable prefix A (0.01) weighs on A B (3 tokens with EOS) more than on A A B
+    (4) under the length penalty: whole, A A B scores higher (-1.53 against -1.77); by the
+    continuation, as CTranslate2 ranks, A B does (-0.23 against -0.38). The reported scores
+    are still the whole outputs'."""
+    table = {BOS_ID: {A: 0.01, B: 0.99}, A: {B: 0.55, A: 0.45}, B: {"eos": 0.9, A: 0.1}}
+    model, src = TableModel(next_tokens=table), torch.full((1, 2), 2)
+    [found] = beam_search(model, src, torch.tensor([6]), beam=2, nbest=2, prefixes=[[A]])
+    assert [h.tokens for h in found] == [[A, B], [A, A, B]]
+    expected = [model.score(h.tokens) / (len(h.tokens) + 1) for h in found]
+    assert [h.score for h in found] == pytest.approx(expected, abs=1e-5)
+    assert expected[0] < expected[1]
+
+
+def test_right_after_a_prefix_only_the_best_candidate_ends() -> None:
+    """After the prefix A, ending (0.4) is second to A (0.5): CTranslate2's rule keeps [A]
+    from ending there, so A A (then EOS: 0.5 x 0.4 of the continuation) wins. After the prefix
+    B, the same second-ranked EOS comes a step later and ends B A as usual (0.4, over 0.2)."""
+    table = {BOS_ID: {A: 0.5, B: 0.5}, A: {A: 0.5, "eos": 0.4, B: 0.1}, B: {A: 1.0}}
+    model, src = TableModel(next_tokens=table), torch.full((2, 2), 2)
+    found = beam_search(
+        model, src, torch.tensor([6, 6]), beam=2, length_penalty=0.0, prefixes=[[A], [B]]
+    )
+    assert [[h.tokens for h in n] for n in found] == [[[A, A]], [[B, A]]]
+    assert found[0][0].score == pytest.approx(model.score([A, A]), abs=1e-5)

@@ -120,6 +120,7 @@ class SentenceSearch:
     finished: list[Hypothesis] = field(default_factory=list)
     unmet: list[Hypothesis] = field(default_factory=list)
     best_ended: bool = False  # a step's best candidate was a finished hypothesis
+    prefix_score: float = 0.0  # the forced prefix's log-probability, left out of the ranking
 
 
 def allocate(candidates: list[tuple[float, int, Alive]], banks: int, k: int) -> list:
@@ -172,7 +173,10 @@ def constrained_beam_search(
             never,
         )
         rows = torch.tensor(sentence, device=device).repeat_interleave(k)
-        force_prefix(log_probs.view(n * k, -1), prefix, rows, t)
+        forced = force_prefix(log_probs.view(n * k, -1), remainder.view(-1), prefix, rows, t)
+        # during a prefix only a sentence's first row lives
+        for s, score in zip(sentence, forced.view(n, k)[:, 0].tolist(), strict=True):
+            searches[s].prefix_score += score
         scores = (log_probs.float() - remainder[..., None]).cpu()
         totals = torch.full((n, k), float("-inf"))  # rows past a sentence's hypotheses: copies
         for i, s in enumerate(sentence):
@@ -242,10 +246,14 @@ def constrained_beam_search(
         state.reorder(torch.tensor(reorder, device=device))
         last = torch.tensor(next_tokens, dtype=torch.long, device=device)
         sentence = keep
-    return [best_of(search, nbest) for search in searches]
+    return [best_of(search, nbest, length_penalty) for search in searches]
 
 
-def best_of(search: SentenceSearch, nbest: int) -> list[Hypothesis]:
-    """The `nbest` best finished hypotheses with every phrase, else the best without."""
+def best_of(search: SentenceSearch, nbest: int, length_penalty: float) -> list[Hypothesis]:
+    """The `nbest` best finished hypotheses with every phrase, else the best without; ranked
+    by their continuation of a prefix, scored whole (as beam search does)."""
     pool = search.finished or search.unmet
-    return sorted(pool, key=lambda h: h.score, reverse=True)[:nbest]
+    return [
+        Hypothesis(h.tokens, h.score + search.prefix_score / (len(h.tokens) + 1) ** length_penalty)
+        for h in sorted(pool, key=lambda h: h.score, reverse=True)[:nbest]
+    ]

@@ -121,7 +121,8 @@ class Translator:
         A prefix is normalised as the input is and encoded with the target SentencePiece
         model; the output continues its pieces, so its text starts with the prefix's (the
         prefix itself where every character is in the vocabulary). Its tokens count in the
-        score and the length, as in a teacher-forced score of the whole output.
+        reported score and the length, as in a teacher-forced score of the whole output; beam
+        search ranks by the continuation (seq2seq.decoding.search.beam_search).
 
         Constraints are phrases each output must contain (seq2seq.decoding.constraints), each
         normalised and encoded like a prefix; an output that cannot contain them all within
