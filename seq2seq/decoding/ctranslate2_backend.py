@@ -364,6 +364,18 @@ class CTranslate2Backend:
                 "the checkpoint (ckpt_path=<run>/checkpoints/<name>.ckpt) instead of the export "
                 "directory"
             )
+        prefixed = [i for i, r in enumerate(requests) if r.prefix]
+        if prefixed and len(prefixed) < len(requests):
+            # with target_prefix, CTranslate2 lets only the best candidate end at the step
+            # after the prefix, an empty one too (step 0): lines without a prefix are decoded
+            # apart, so that a line's output does not depend on what else is in its batch
+            plain = [i for i, r in enumerate(requests) if not r.prefix]
+            decoded: list[list[Hypothesis]] = [[] for _ in requests]
+            for group in (prefixed, plain):
+                found = self.decode([requests[i] for i in group], decoding)
+                for i, hypotheses in zip(group, found, strict=True):
+                    decoded[i] = hypotheses
+            return decoded
         ids = [r.source for r in requests]
         src, tgt = self.tokenizer.src, self.tokenizer.tgt
         # one limit for the batch: its longest source's (the limit grows with the length), or
