@@ -214,21 +214,40 @@ class OptimConfig:
 
 @dataclass
 class DecodingConfig:
+    search: str  # beam (beam_size 1: greedy) | sample
     beam_size: int
     length_penalty: float
-    nbest: int  # hypotheses per sentence, best first
+    nbest: int  # hypotheses per sentence, best first: the best of the beam, or samples drawn
     max_len_a: float  # output tokens before EOS <= max_len_a * source tokens + max_len_b
     max_len_b: int
     batch_size: int  # sentences per decoding batch
     long_inputs: str  # longer than the model's positions: truncate (warn) | error
+    temperature: float  # search=sample: the distribution's temperature
+    top_k: int  # search=sample: draw among the k most probable tokens only (0: all)
+    top_p: float  # search=sample: among the most probable tokens reaching p (1.0: all)
+    seed: int  # search=sample: a sentence's draws come from (seed, its input line number)
 
     def check(self) -> None:
+        require(
+            self.search in ("beam", "sample"),
+            "decoding.search",
+            f"'{self.search}': use beam or sample (decoding=beam, greedy or sample)",
+        )
         require(self.beam_size >= 1, "decoding.beam_size", f"must be >= 1, got {self.beam_size}")
         require(
-            1 <= self.nbest <= self.beam_size,
+            1 <= self.nbest <= self.beam_size or (self.search == "sample" and self.nbest >= 1),
             "decoding.nbest",
             f"{self.nbest} hypotheses from a beam of {self.beam_size}: use 1 <= nbest <= "
             "beam_size (raise decoding.beam_size for more)",
+        )
+        require(
+            self.temperature > 0, "decoding.temperature", f"must be > 0, got {self.temperature}"
+        )
+        require(self.top_k >= 0, "decoding.top_k", f"must be >= 0 (0: no limit), got {self.top_k}")
+        require(
+            0 < self.top_p <= 1,
+            "decoding.top_p",
+            f"must be in (0, 1] (1: no limit), got {self.top_p}",
         )
         require(
             self.long_inputs in ("truncate", "error"),
@@ -314,6 +333,9 @@ class EvaluateConfig:
     from the checkpoint; `data` holds keys merged over the checkpoint's data config."""
 
     ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
+    prefixes: str | None  # a file aligned with the (one) test set's sources: output prefixes
+    constraints: str | None  # likewise: phrases each output must contain, tab-separated
     decoding: DecodingConfig
     data: dict[str, Any]  # e.g. {"test_sets": ["val"]} or {"dir": "/elsewhere/multi30k"}
 
@@ -338,8 +360,11 @@ class TranslateConfig:
     """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
 
     ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
     input: str | None  # a text file; default: standard input
     output: str | None  # written when complete (temp file, then rename); default: stdout
+    prefixes: str | None  # a text file aligned with the input: what each output starts with
+    constraints: str | None  # a text file aligned with the input: phrases, tab-separated
     decoding: DecodingConfig
 
     def check(self) -> None:
@@ -484,11 +509,22 @@ EVERY_SUBLAYER = {
 }
 
 
+# decoding keys added since the first checkpoints, with the values of the search they ran
+DECODING_BEFORE_SAMPLING = {
+    "nbest": 1,
+    "search": "beam",
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": 0,
+}
+
+
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
     upgraded = {"logger": dict(TENSORBOARD), "threads": None, **saved}
-    upgraded["decoding"] = {"nbest": 1, **saved.get("decoding", {})}
+    upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {"encode_processes": 0, "min_train_pairs": 1, **saved["data"]}
     upgraded["optim"] = {"decay": "inverse_sqrt", **saved["optim"]}

@@ -11,9 +11,11 @@ signatures (<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.js
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,13 @@ from seq2seq.config import (
     config_to_dict,
     validate_config,
 )
-from seq2seq.data.corpus import SplitPaths, ensure_available, read_parallel, split_paths
+from seq2seq.data.corpus import (
+    SplitPaths,
+    ensure_available,
+    normalize,
+    read_parallel,
+    split_paths,
+)
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
@@ -40,6 +48,11 @@ log = logging.getLogger("seq2seq.evaluate")
 
 
 def decoding_tag(d: DecodingConfig) -> str:
+    """What decoded, in the names of evaluate's files: runs of other decodings never overwrite
+    each other's."""
+    if d.search == "sample":
+        truncation = f"t{d.temperature:g}-k{d.top_k}-p{d.top_p:g}"
+        return f"sample{d.nbest}-{truncation}-lp{d.length_penalty:g}-seed{d.seed}"
     return "greedy" if d.beam_size == 1 else f"beam{d.beam_size}-lp{d.length_penalty:g}"
 
 
@@ -83,11 +96,49 @@ def output_path(ckpt_path: Path, name: str) -> Path:
     return ckpt_path.with_name(f"{ckpt_path.stem}.{name}")
 
 
-def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[str, Any]) -> dict:
-    """Score `ckpt_path` (a checkpoint or an export directory) on its data config's test sets,
-    with `data` keys merged over that config (other sets or files); return and write the
-    scores."""
-    translator = Translator.from_checkpoint(ckpt_path, decoding, default_device())
+def ensemble_tag(paths: list[Path]) -> str:
+    """An ensemble in evaluate's file names: its size and a digest of its members' paths."""
+    members = "\n".join(str(p.resolve()) for p in paths)
+    return f"ensemble{len(paths)}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
+
+
+def aligned_file(path: Path, lines: int, setting: str) -> list[str]:
+    """A file with one line per source line of the test set (`setting`=FILE)."""
+    if not path.is_file():
+        raise DataError(f"{setting}={path} is not a file; give one line per test sentence")
+    content = path.read_text(encoding="utf-8").splitlines()
+    if len(content) != lines:
+        raise DataError(
+            f"{setting}={path} has {len(content)} lines and the test set {lines}: give one "
+            "line per test sentence (an empty line for none)"
+        )
+    return content
+
+
+def file_tag(kind: str, path: Path) -> str:
+    return f"{kind}-{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}"
+
+
+def constraints_met(hypotheses: list[str], constraints: list[list[str]]) -> float:
+    """The share of phrases that their line's hypothesis contains."""
+    pairs = [(h, p) for h, phrases in zip(hypotheses, constraints, strict=True) for p in phrases]
+    return sum(normalize(p) in h for h, p in pairs) / max(len(pairs), 1)
+
+
+def evaluate_checkpoint(
+    ckpt_path: Path,
+    decoding: DecodingConfig,
+    data: dict[str, Any],
+    ensemble: Sequence[Path] = (),
+    prefixes: Path | None = None,
+    constraints: Path | None = None,
+) -> dict:
+    """Score `ckpt_path` (a checkpoint or an export directory), or it and the checkpoints of
+    `ensemble` decoded as one, on its data config's test sets, with `data` keys merged over
+    that config (other sets or files); return and write the scores. `prefixes` and
+    `constraints` (files of one line per sentence) need a single test set."""
+    members = [ckpt_path, *ensemble]
+    translator = Translator.from_checkpoint(members, decoding, default_device())
     training = translator.training_config
     if training is None:
         raise CheckpointError(
@@ -96,16 +147,32 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
         )
     files = evaluation_files(evaluation_data(training, data))
     tag = decoding_tag(decoding)
+    if ensemble:
+        tag = f"{ensemble_tag(members)}.{tag}"
+    if (prefixes or constraints) and len(files) != 1:
+        raise ConfigError(
+            f"config key 'prefixes'/'constraints': files for one test set, and data.test_sets "
+            f"has {len(files)}; pick one, e.g. data.test_sets=[{next(iter(files))}]"
+        )
+    for kind, path in (("prefix", prefixes), ("constraints", constraints)):
+        if path is not None:
+            tag = f"{tag}+{file_tag(kind, path)}"
     results: dict = {
         "checkpoint": str(ckpt_path),
+        "ensemble": [str(p) for p in members] if ensemble else None,
         "backend": translator.backend.name,
         "decoding": config_to_dict(decoding),
         "test_sets": {},
     }
     for name, split in files.items():
         sources, references = read_parallel(split)
+        forced = prefixes and aligned_file(prefixes, len(sources), "prefixes")
+        phrases = constraints and [
+            line.split("\t") if line else []
+            for line in aligned_file(constraints, len(sources), "constraints")
+        ]
         start = time.perf_counter()
-        hypotheses = translator.translate(sources, str(split.src))
+        hypotheses = translator.translate(sources, str(split.src), 1, forced, phrases)
         seconds = time.perf_counter() - start
         hyp_path = output_path(ckpt_path, f"{name}.{tag}.hyp")
         with atomic_path(hyp_path) as tmp:
@@ -115,8 +182,10 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
             references_path = output_path(ckpt_path, f"{name}.ref")
             with atomic_path(references_path) as tmp:
                 tmp.write_text("".join(r + "\n" for r in references), encoding="utf-8")
+        met = {"constraints_met": constraints_met(hypotheses, phrases)} if phrases else {}
         results["test_sets"][name] = {
             **corpus_scores(hypotheses, references),
+            **met,
             "sentences": len(sources),
             "decoding_seconds": round(seconds, 2),
             "hypotheses": str(hyp_path),
@@ -126,15 +195,13 @@ def evaluate_checkpoint(ckpt_path: Path, decoding: DecodingConfig, data: dict[st
     scores_path = output_path(ckpt_path, f"{sets}.{tag}.scores.json")
     with atomic_path(scores_path) as tmp:
         tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    Console(width=160).print(score_table(results))
+    Console(width=160).print(score_table(results, tag))
     log.info("scores written to %s", scores_path)
     return results
 
 
-def score_table(results: dict) -> Table:
-    table = Table(
-        title=f"{results['checkpoint']} ({decoding_tag(DecodingConfig(**results['decoding']))})"
-    )
+def score_table(results: dict, tag: str) -> Table:
+    table = Table(title=f"{results['checkpoint']} ({tag})")
     for column in ("test set", "BLEU", "chrF", "BLEU lc", "BLEU signature", "decoding s"):
         table.add_column(column)
     for name, s in results["test_sets"].items():
@@ -151,7 +218,11 @@ def score_table(results: dict) -> Table:
 
 @entrypoint(config_name="evaluate", schema=EvaluateConfig)
 def main(config: EvaluateConfig) -> None:
-    evaluate_checkpoint(Path(config.ckpt_path), config.decoding, config.data)
+    others = [Path(p) for p in config.checkpoints]
+    prefixes, constraints = (Path(p) if p else None for p in (config.prefixes, config.constraints))
+    evaluate_checkpoint(
+        Path(config.ckpt_path), config.decoding, config.data, others, prefixes, constraints
+    )
 
 
 if __name__ == "__main__":

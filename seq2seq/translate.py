@@ -4,7 +4,10 @@ out (or `input=... output=...` files).
 One output line per input line, in order; an empty line gives an empty line. With
 `decoding.nbest=k` (k > 1), k lines per input line instead, best first, each
 `<input line number, 1-based>\t<score>\t<text>` (the score of an empty line's k empty texts is
-0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export. Reads in chunks,
+0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export; `checkpoints=[...]`
+adds checkpoints decoded with it as one ensemble. `prefixes=FILE`: line i is the text output i
+starts with; `constraints=FILE`: line i holds the phrases output i must contain, separated by
+tabs (seq2seq.decoding.constraints). Reads in chunks,
 so output to stdout starts before the input ends; an output file appears only when complete.
 Logs go to stderr.
 """
@@ -65,28 +68,94 @@ def nbest_lines(translations: list[list[Translation]], first_line: int) -> str:
     )
 
 
+def text_lines(chunk: list[bytes], where: str, first: int) -> list[str]:
+    """Lines of `chunk`, decoded; `first` is the 1-based number of its first line."""
+    lines = []
+    for number, raw in enumerate(chunk, start=first):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
+                "convert the input to UTF-8 (e.g. with iconv)"
+            ) from None
+    return lines
+
+
+@contextlib.contextmanager
+def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | None, str]]:
+    """A file of one line per input line (`setting`=FILE), or nothing."""
+    if path is None:
+        yield None, setting
+        return
+    if not Path(path).is_file():
+        raise DataError(
+            f"{setting}={path} is not a file; give a text file, one line per input line"
+        )
+    with open(path, "rb") as f:
+        yield f, path
+
+
+def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> list[str] | None:
+    """The next `count` lines of a file aligned with the input (None without one); one that
+    ends before the input is refused."""
+    if file is None:
+        return None
+    lines = text_lines(list(itertools.islice(file, count)), where, first)
+    if len(lines) < count:
+        raise DataError(
+            f"{where} ends at line {first + len(lines) - 1}, the input goes on: give one line "
+            "per input line (an empty line for none)"
+        )
+    return lines
+
+
+def phrase_lists(lines: list[str], where: str, first: int) -> list[list[str]]:
+    """Each line's tab-separated phrases; an empty one (two tabs in a row, or one at an end)
+    is refused."""
+    lists = [line.split("\t") if line else [] for line in lines]
+    for number, phrases in enumerate(lists, start=first):
+        if any(not phrase.strip() for phrase in phrases):
+            raise DataError(
+                f"{where}, line {number}: an empty phrase (two tabs in a row, or one at an "
+                "end); separate the phrases by single tabs"
+            )
+    return lists
+
+
+def check_ended(file: BinaryIO | None, where: str, lines: int) -> None:
+    if file is not None and file.readline():
+        raise DataError(
+            f"{where} has more lines than the input ({lines}): give one line per input line"
+        )
+
+
 @entrypoint(config_name="translate", schema=TranslateConfig)
 def main(config: TranslateConfig) -> None:
-    translator = Translator.from_checkpoint(config.ckpt_path, config.decoding, default_device())
-    with open_input(config.input) as (source, where), open_output(config.output) as target:
-        number = 0
+    checkpoints = [config.ckpt_path, *config.checkpoints]
+    translator = Translator.from_checkpoint(checkpoints, config.decoding, default_device())
+    with (
+        open_input(config.input) as (source, where),
+        open_aligned(config.prefixes, "prefixes") as (prefix_file, prefix_where),
+        open_aligned(config.constraints, "constraints") as (phrase_file, phrase_where),
+        open_output(config.output) as target,
+    ):
+        first = 1
         while chunk := list(itertools.islice(source, CHUNK_LINES)):
-            lines = []
-            for raw in chunk:
-                number += 1
-                try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
-                        "convert the input to UTF-8 (e.g. with iconv)"
-                    ) from None
-            first = number - len(lines) + 1
+            lines = text_lines(chunk, where, first)
+            prefixes = aligned_lines(prefix_file, prefix_where, len(lines), first)
+            phrases = aligned_lines(phrase_file, phrase_where, len(lines), first)
+            constraints = phrases and phrase_lists(phrases, phrase_where, first)
             if config.decoding.nbest > 1:
-                target.write(nbest_lines(translator.translate_nbest(lines, where, first), first))
+                nbest = translator.translate_nbest(lines, where, first, prefixes, constraints)
+                target.write(nbest_lines(nbest, first))
             else:
-                target.write("".join(t + "\n" for t in translator.translate(lines, where, first)))
+                outputs = translator.translate(lines, where, first, prefixes, constraints)
+                target.write("".join(t + "\n" for t in outputs))
             target.flush()
+            first += len(lines)
+        check_ended(prefix_file, prefix_where, first - 1)
+        check_ended(phrase_file, phrase_where, first - 1)
 
 
 if __name__ == "__main__":

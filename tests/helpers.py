@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONF_DIR, RootConfig, config_to_dict, group_config, validate_config
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout
 SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -306,3 +310,75 @@ def table_rows(markdown: Path) -> dict[str, list[str]]:
     lines = markdown.read_text().splitlines()
     cells = [[c.strip() for c in line[1:-1].split("|")] for line in lines if line.startswith("| ")]
     return {row[0]: row for row in cells[1:] if row[0] != "variant"}
+
+
+# a hand-built decoder (seq2seq.decoding's search and sampling tests)
+A, B, C = 4, 5, 6  # tokens of the hand-built models
+
+
+class TableState:
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def reorder(self, index: torch.Tensor) -> None:
+        pass  # the table model only looks at the last token
+
+
+class TableModel:
+    """A hand-built decoder whose next-token distribution depends on the last token only.
+
+    By default greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
+    (0.4 x 0.95 = 0.38), which a beam of 2 keeps. Search reads its special ids from it.
+    `next_tokens` replaces the table: {last token: {next token: probability}}, EOS as "eos".
+    """
+
+    def __init__(
+        self,
+        pad_id: int = PAD_ID,
+        bos_id: int = BOS_ID,
+        eos_id: int = EOS_ID,
+        next_tokens: dict[int, dict[int | str, float]] | None = None,
+    ) -> None:
+        import torch
+
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        next_tokens = next_tokens or {
+            bos_id: {A: 0.6, B: 0.4},
+            A: {"eos": 0.3, A: 0.35, B: 0.35},
+            B: {"eos": 0.95, A: 0.05},
+        }
+        p = torch.full((7, 7), 1e-9)
+        for last, following in next_tokens.items():
+            for token, probability in following.items():
+                p[last, eos_id if token == "eos" else token] = probability
+        self.log_p = (p / p.sum(-1, keepdim=True)).log()
+
+    def start_decoding(self, src: torch.Tensor, beam: int = 1) -> TableState:
+        return TableState(src.shape[0] * beam)
+
+    def decode_step(self, state: TableState, tokens: torch.Tensor) -> torch.Tensor:
+        return self.log_p[tokens]
+
+    def score(self, seq: list[int]) -> float:
+        tokens = [self.bos_id, *seq, self.eos_id]
+        return sum(self.log_p[a, b].item() for a, b in zip(tokens, tokens[1:], strict=False))
+
+
+def teacher_forced_score(
+    model, source: list[int], target: list[int], length_penalty: float = 1.0
+) -> float:
+    """The model's own score of `target` (ids without BOS/EOS) for `source` (ids without EOS),
+    as search reports it: the log-probabilities of the tokens and EOS, each step's distribution
+    renormalised without PAD and BOS, over (tokens + 1) ** length_penalty. A reference that
+    shares nothing with search but the model's forward pass."""
+    import torch
+
+    with torch.no_grad():
+        src = torch.tensor([[*source, EOS_ID]])
+        tgt_in = torch.tensor([[BOS_ID, *target]])
+        log_probs = model(src, tgt_in).float().log_softmax(-1)[0]  # (T + 1, V)
+    total = 0.0
+    for step, token in enumerate([*target, EOS_ID]):
+        p = log_probs[step].exp()
+        total += float(log_probs[step, token]) - math.log(1 - float(p[PAD_ID] + p[BOS_ID]))
+    return total / (len(target) + 1) ** length_penalty

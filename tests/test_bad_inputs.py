@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import compose_config, run, toy_corpus, toy_overrides, write_lines
+import torch
+from helpers import (
+    compose_config,
+    run,
+    toy_corpus,
+    toy_overrides,
+    toy_tokenizer,
+    write_lines,
+)
 
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import DataError
@@ -207,6 +216,69 @@ def test_translate_files_are_written_whole(checkpoint: Path, tmp_path: Path) -> 
     assert_fails(result, "bad.txt, line 2: not valid UTF-8 (byte 0xff)")
     assert not (tmp_path / "never.txt").exists()
     assert not list(tmp_path.glob(".never.txt.*"))
+
+
+def test_translate_starts_each_output_with_its_prefix_and_refuses_misaligned_prefixes(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("a dog\n\nthe cat runs\nthe ball\n")
+    (tmp_path / "prefixes.txt").write_text("THE DOG\nIGNORED\n\nBALL A\n")
+    out = tmp_path / "out.txt"
+    args = [f"ckpt_path={checkpoint}", f"input={tmp_path / 'in.txt'}", f"output={out}"]
+    result = run("translate", tmp_path, *args, f"prefixes={tmp_path / 'prefixes.txt'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = out.read_text().split("\n")
+    assert lines[0].startswith("THE DOG") and lines[1] == "" and lines[3].startswith("BALL A")
+
+    for content, words in (
+        ("THE DOG\n", "prefixes.txt ends at line 1, "),
+        ("A\nB\nC\nD\nE\n", "prefixes.txt has more lines than "),
+    ):
+        (tmp_path / "prefixes.txt").write_text(content)
+        result = run("translate", tmp_path, *args, f"prefixes={tmp_path / 'prefixes.txt'}")
+        assert_fails(result, words)
+    assert_fails(
+        run("translate", tmp_path, *args, f"prefixes={tmp_path / 'none.txt'}"),
+        "prefixes=" + str(tmp_path / "none.txt") + " is not a file",
+    )
+    (tmp_path / "terms.txt").write_text("DOG\n\nCAT\t\tRUNS\nBALL\n")
+    result = run("translate", tmp_path, *args, f"constraints={tmp_path / 'terms.txt'}")
+    assert_fails(result, "terms.txt, line 3: an empty phrase (two tabs in a row")
+    (tmp_path / "terms.txt").write_text("DOG\n\nCAT\tRUNS\nBALL\n")
+    terms = f"constraints={tmp_path / 'terms.txt'}"
+    result = run("translate", tmp_path, *args, terms, "decoding.beam_size=16")  # room for them
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = out.read_text().split("\n")
+    assert "DOG" in outputs[0] and "CAT" in outputs[2] and "RUNS" in outputs[2]
+
+
+def test_an_ensemble_decodes_as_one_model_and_needs_one_vocabulary_of_checkpoints(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """The checkpoint with itself scores as the checkpoint alone, in files of its own; a
+    checkpoint with another SentencePiece model, or an export directory, is refused by name."""
+    alone = run("evaluate", tmp_path, f"ckpt_path={checkpoint}")
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    twice = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", f"checkpoints=[{checkpoint}]")
+    assert twice.returncode == 0, twice.stderr[-2000:]
+    [single] = checkpoint.parent.glob(f"{checkpoint.stem}.test.beam5-lp1.scores.json")
+    [ensemble] = checkpoint.parent.glob(f"{checkpoint.stem}.test.ensemble2-*.beam5-lp1.scores.json")
+    scores = [json.loads(p.read_text())["test_sets"]["test"] for p in (single, ensemble)]
+    assert scores[0]["bleu"] == scores[1]["bleu"]
+    assert Path(scores[1]["hypotheses"]).read_text() == Path(scores[0]["hypotheses"]).read_text()
+
+    saved = torch.load(checkpoint, weights_only=False)
+    other = toy_tokenizer(60)  # the same size, trained on other lines
+    assert other.src_model != saved["seq2seq"]["src_model"]
+    saved["seq2seq"]["src_model"] = saved["seq2seq"]["tgt_model"] = other.src_model
+    torch.save(saved, tmp_path / "other.ckpt")
+    (tmp_path / "in.txt").write_text("a dog\n")
+    args = [f"ckpt_path={checkpoint}", f"input={tmp_path / 'in.txt'}"]
+    result = run("translate", tmp_path, *args, f"checkpoints=[{tmp_path / 'other.ckpt'}]")
+    assert_fails(result, f"{checkpoint} and {tmp_path / 'other.ckpt'} were trained with different")
+    (tmp_path / "export").mkdir()
+    result = run("translate", tmp_path, *args, f"checkpoints=[{tmp_path / 'export'}]")
+    assert_fails(result, "is an export directory, and CTranslate2 decodes one model at a time")
 
 
 def test_long_inputs_are_truncated_with_a_warning_or_refused(

@@ -123,3 +123,17 @@ def test_time_split_counts_each_sample_once_under_its_most_specific_part(tmp_pat
         "other": 1,
     }
     assert result.stdout.splitlines()[-1] == "22 samples"
+
+
+def test_the_terminology_rule_takes_the_longest_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/decoding_features.py's terminology phrases: the longest word of 4+ letters, on
+    even lines also the next longest distinct one; punctuation off its ends, first on ties."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from decoding_features import phrases_of
+
+    reference = "Ein Hund läuft über eine grüne Wiese, der Hund bellt."
+    assert phrases_of(reference, 1) == ["läuft"]
+    assert phrases_of(reference, 2) == ["läuft", "grüne"]
+    assert phrases_of("Ein Mann.", 2) == ["Mann"]
+    assert phrases_of("Da ist es.", 1) == []
+    assert phrases_of("Ein „Bier-Zapfhahn“ steht da.", 1) == ["Bier-Zapfhahn"]

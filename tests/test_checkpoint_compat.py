@@ -144,7 +144,8 @@ def old_config() -> dict:
     config = OmegaConf.to_container(composed, resolve=True)
     config["tokenizer"]["byte_fallback"] = False
     config["model"] = copy.deepcopy(OLD_MODEL_CONFIG)
-    del config["decoding"]["nbest"]  # added since
+    for key in ("nbest", "search", "temperature", "top_k", "top_p", "seed"):
+        del config["decoding"][key]  # added since
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"]
     del config["threads"]
@@ -213,6 +214,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     trained = load_trained(path)
     assert "token_replacement" not in OLD_MODEL_CONFIG
     assert trained.config.model.token_replacement == 0.0  # written before the key existed
+    assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     direct = direct_model(old_weights(0))
     src, tgt = batch()

@@ -18,6 +18,7 @@ import torch
 from helpers import (
     config_of,
     configured_model,
+    teacher_forced_score,
     toy_corpus,
     toy_tokenizer,
     trained_toy_model,
@@ -26,6 +27,7 @@ from helpers import (
 
 from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from seq2seq.decoding.backend import Request
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.evaluate import evaluate_checkpoint
@@ -143,6 +145,76 @@ def test_export_directory_gives_our_hypotheses_and_scores(
     assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in expected]
     scores = [t.score for n in got for t in n]
     assert scores == pytest.approx([t.score for n in expected for t in n], abs=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_export_directory_forces_prefixes_as_ours(
+    norm_model: Transformer, tokenizer: Tokenizer, tmp_path: Path, beam_size: int
+) -> None:
+    """CTranslate2's target_prefix gives our strings and scores, prefix tokens counted."""
+    ours, exported = ours_and_exported(
+        norm_model, tokenizer, tmp_path / "ct2", beam_size=beam_size, nbest=1
+    )
+    lines = [*SOURCES[:60], *LINES]
+    prefixes = [TARGETS[i].split(" ")[0] if i % 3 else "" for i in range(len(lines))]
+    texts = [n[0].text for n in ours.translate_nbest(lines, prefixes=prefixes)]
+    assert all(text.startswith(p) for text, p in zip(texts, prefixes, strict=True))
+    sources, targets = tokenizer.encode_src(lines), tokenizer.encode_tgt(prefixes)
+    requests = [Request(s, i + 1, p) for i, (s, p) in enumerate(zip(sources, targets, strict=True))]
+    expected = [n[0] for n in ours.backend.decode(requests, ours.decoding)]
+    got = [n[0] for n in exported.backend.decode(requests, ours.decoding)]
+    # outputs that reach the length limit differ as they do without prefixes (docs/deploy.md:
+    # ours ends them with EOS, CTranslate2 one token later without): compared up to there
+    limit = WITHIN_LIMIT["max_len_b"]
+    ended = [
+        i for i in range(len(lines)) if max(len(expected[i].tokens), len(got[i].tokens)) < limit
+    ]
+    assert len(ended) > 60 and sum(bool(prefixes[i]) for i in ended) > 40
+    assert [got[i].tokens for i in ended] == [expected[i].tokens for i in ended]
+    # the prefix's part comes from CTranslate2's score_batch, whose log-probabilities keep
+    # the mass of PAD and BOS that search renormalises away: within 5e-4, not 1e-4
+    assert [got[i].score for i in ended] == pytest.approx(
+        [expected[i].score for i in ended], abs=5e-4
+    )
+
+
+def test_export_directory_samples_with_our_settings_and_warns_about_its_seed(
+    norm_model: Transformer,
+    tokenizer: Tokenizer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Sampling restricted to the most probable token is greedy search in both backends (the
+    settings reach CTranslate2); wider sampling gives nbest samples scored by the model, and a
+    warning that CTranslate2's seed is not per sentence."""
+    ours, exported = ours_and_exported(norm_model, tokenizer, tmp_path / "ct2")
+    sample = config_of("decoding/sample", DecodingConfig, **WITHIN_LIMIT, top_k=1, nbest=2)
+    ours.decoding = exported.decoding = sample
+    lines = [*SOURCES[:50], *LINES]
+    expected = ours.translate_nbest(lines)
+    got = exported.translate_nbest(lines)
+    assert [[t.text for t in n] for n in got] == [[t.text for t in n] for n in expected]
+    assert [t.score for n in got for t in n] == pytest.approx(
+        [t.score for n in expected for t in n], abs=1e-4
+    )
+    assert "CTranslate2 samples from one random generator" in caplog.text
+    wide = config_of("decoding/sample", DecodingConfig, **WITHIN_LIMIT, nbest=4, temperature=2.0)
+    sources = tokenizer.encode_src(lines)
+    drawn = exported.backend.decode([Request(s, i + 1) for i, s in enumerate(sources)], wide)
+    assert all(len(n) == 4 for n in drawn) and any(
+        len({tuple(h.tokens) for h in n}) > 1 for n in drawn
+    )
+    # the model's scores, untempered, of every sample that ended with EOS (one that reached
+    # the length limit has none in CTranslate2: docs/deploy.md)
+    ended = [
+        (source, h)
+        for source, samples in zip(sources, drawn, strict=True)
+        for h in samples
+        if len(h.tokens) < WITHIN_LIMIT["max_len_b"]
+    ]
+    assert len(ended) > 100
+    expected = [teacher_forced_score(norm_model, source, h.tokens) for source, h in ended]
+    assert [h.score for _, h in ended] == pytest.approx(expected, abs=1e-4)
 
 
 def test_export_directory_handles_empty_and_long_lines_as_ours(

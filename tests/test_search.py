@@ -8,60 +8,12 @@ from functools import partial
 
 import pytest
 import torch
-from helpers import SPECIAL_IDS, config_of
+from helpers import SPECIAL_IDS, A, B, C, TableModel, config_of
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.search import beam_search, greedy_search, max_output_len
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
-
-A, B, C = 4, 5, 6  # tokens of the hand-built models
-
-
-class TableState:
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-
-    def reorder(self, index: torch.Tensor) -> None:
-        pass  # the table model only looks at the last token
-
-
-class TableModel:
-    """A hand-built decoder whose next-token distribution depends on the last token only.
-
-    By default greedy takes A (0.6), after which nothing is likely; the best sequence is B EOS
-    (0.4 x 0.95 = 0.38), which a beam of 2 keeps. Search reads its special ids from it.
-    `next_tokens` replaces the table: {last token: {next token: probability}}, EOS as "eos".
-    """
-
-    def __init__(
-        self,
-        pad_id: int = PAD_ID,
-        bos_id: int = BOS_ID,
-        eos_id: int = EOS_ID,
-        next_tokens: dict[int, dict[int | str, float]] | None = None,
-    ) -> None:
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        next_tokens = next_tokens or {
-            bos_id: {A: 0.6, B: 0.4},
-            A: {"eos": 0.3, A: 0.35, B: 0.35},
-            B: {"eos": 0.95, A: 0.05},
-        }
-        p = torch.full((7, 7), 1e-9)
-        for last, following in next_tokens.items():
-            for token, probability in following.items():
-                p[last, eos_id if token == "eos" else token] = probability
-        self.log_p = (p / p.sum(-1, keepdim=True)).log()
-
-    def start_decoding(self, src: torch.Tensor, beam: int = 1) -> TableState:
-        return TableState(src.shape[0] * beam)
-
-    def decode_step(self, state: TableState, tokens: torch.Tensor) -> torch.Tensor:
-        return self.log_p[tokens]
-
-    def score(self, seq: list[int]) -> float:
-        tokens = [self.bos_id, *seq, self.eos_id]
-        return sum(self.log_p[a, b].item() for a, b in zip(tokens, tokens[1:], strict=False))
 
 
 @pytest.mark.parametrize("ids", [(PAD_ID, BOS_ID, EOS_ID), (3, 0, 1)])
@@ -213,3 +165,70 @@ def test_max_output_len() -> None:
     src = torch.tensor([[5, 6, 7, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID]])
     assert max_output_len(src, 1.5, 2, limit=256, pad_id=PAD_ID).tolist() == [6, 3]
     assert max_output_len(src, 1.5, 2, limit=5, pad_id=PAD_ID).tolist() == [4, 3]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_a_prefix_is_forced_and_scored(beam: int, length_penalty: float) -> None:
+    """Greedy would start with A; a prefix of B (or A A) is output first, the rest searched,
+    and the score is the model's log-probability of the whole output, prefix included."""
+    model, src = TableModel(), torch.full((3, 2), 2)
+    max_len = torch.tensor([6, 6, 6])
+    prefixes = [[B], [A, A], []]
+    search = partial(beam_search, beam=beam) if beam > 1 else greedy_search
+    found = search(model, src, max_len, length_penalty=length_penalty, prefixes=prefixes)
+    free = search(model, src[:1], max_len[:1], length_penalty=length_penalty)
+    for [h], prefix in zip(found, prefixes, strict=True):
+        assert h.tokens[: len(prefix)] == prefix
+        expected = model.score(h.tokens) / (len(h.tokens) + 1) ** length_penalty
+        assert h.score == pytest.approx(expected, abs=1e-5)
+    assert found[0][0].tokens == [B]  # B then EOS (0.95)
+    assert found[2][0].tokens == free[0][0].tokens  # no prefix: as without any
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_prefixes_in_a_batch_equal_one_sentence_at_a_time(beam: int) -> None:
+    model, src = tiny_transformer(), sources()
+    max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
+    prefixes = [[7, 8], [], [9], [10, 11, 12], [13]]
+    batched = beam_search(model, src, max_len, beam=beam, prefixes=prefixes)
+    for i in range(len(src)):
+        row = src[i : i + 1, : int((src[i] != PAD_ID).sum())]
+        [alone] = beam_search(model, row, max_len[i : i + 1], beam=beam, prefixes=[prefixes[i]])
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+        assert batched[i][0].tokens[: len(prefixes[i])] == prefixes[i]
+
+
+def test_a_prefix_longer_than_the_limit_is_output_whole() -> None:
+    model, src = TableModel(), torch.full((1, 2), 2)
+    [[h]] = beam_search(model, src, torch.tensor([1]), beam=2, prefixes=[[A, B, A]])
+    assert h.tokens == [A, B, A]
+    assert h.score == pytest.approx(model.score([A, B, A]) / 4, abs=1e-5)
+
+
+def test_beam_search_ranks_a_prefix_by_its_continuation_and_scores_it_whole() -> None:
+    """The improbable prefix A (0.01) weighs on A B (3 tokens with EOS) more than on A A B
+    (4) under the length penalty: whole, A A B scores higher (-1.53 against -1.77); by the
+    continuation, as CTranslate2 ranks, A B does (-0.23 against -0.38). The reported scores
+    are still the whole outputs'."""
+    table = {BOS_ID: {A: 0.01, B: 0.99}, A: {B: 0.55, A: 0.45}, B: {"eos": 0.9, A: 0.1}}
+    model, src = TableModel(next_tokens=table), torch.full((1, 2), 2)
+    [found] = beam_search(model, src, torch.tensor([6]), beam=2, nbest=2, prefixes=[[A]])
+    assert [h.tokens for h in found] == [[A, B], [A, A, B]]
+    expected = [model.score(h.tokens) / (len(h.tokens) + 1) for h in found]
+    assert [h.score for h in found] == pytest.approx(expected, abs=1e-5)
+    assert expected[0] < expected[1]
+
+
+def test_right_after_a_prefix_only_the_best_candidate_ends() -> None:
+    """After the prefix A, ending (0.4) is second to A (0.5): CTranslate2's rule keeps [A]
+    from ending there, so A A (then EOS: 0.5 x 0.4 of the continuation) wins. After the prefix
+    B, the same second-ranked EOS comes a step later and ends B A as usual (0.4, over 0.2)."""
+    table = {BOS_ID: {A: 0.5, B: 0.5}, A: {A: 0.5, "eos": 0.4, B: 0.1}, B: {A: 1.0}}
+    model, src = TableModel(next_tokens=table), torch.full((2, 2), 2)
+    found = beam_search(
+        model, src, torch.tensor([6, 6]), beam=2, length_penalty=0.0, prefixes=[[A], [B]]
+    )
+    assert [[h.tokens for h in n] for n in found] == [[[A, A]], [[B, A]]]
+    assert found[0][0].score == pytest.approx(model.score([A, A]), abs=1e-5)

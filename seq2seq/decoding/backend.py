@@ -7,7 +7,7 @@ shape, and one line in `load_backend` (seq2seq.decoding.translator).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -18,15 +18,23 @@ from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.decoding.search import Hypothesis, max_output_len
 
 
+class Request(NamedTuple):
+    """One input line to decode."""
+
+    source: list[int]  # source ids, without EOS, within the model's positions
+    line: int  # its 1-based line number in the input: what a sentence's samples are seeded by
+    prefix: list[int] = []  # target ids the output starts with (forced); none when empty
+    constraints: list[list[int]] = []  # phrases (target ids) the output must contain
+
+
 class Backend(Protocol):
     name: str  # what decodes, as evaluate's scores record it
     max_len: int  # the model's positions, source EOS included
     tokenizer: Tokenizer
     training_config: RootConfig | None  # of the run that trained it, when recorded
 
-    def decode(self, ids: list[list[int]], decoding: DecodingConfig) -> list[list[Hypothesis]]:
-        """Source ids (without EOS, within `max_len - 1`) -> `decoding.nbest` hypotheses each,
-        best first."""
+    def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        """`decoding.nbest` hypotheses per request, best first."""
         ...
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
@@ -37,13 +38,15 @@ from torch import Tensor, nn
 
 from seq2seq.config import DecodingConfig, RootConfig, load_config
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.backend import output_limits, source_batch
+from seq2seq.decoding.backend import Request, output_limits, source_batch
 from seq2seq.decoding.search import Hypothesis
 from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError, require
 from seq2seq.io import atomic_dir
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.config import ModelConfig, Norm, Score, Stream
 from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+
+log = logging.getLogger(__name__)
 
 METADATA = "seq2seq_export.json"  # beside CTranslate2's files: where the model came from
 
@@ -352,27 +355,124 @@ class CTranslate2Backend:
         self.engine = load_engine(directory, torch.device(device))
         self.name = f"ctranslate2 {self.metadata.get('quantization', '')}".strip()
         self.never_output = suppressed(self.tokenizer)
+        self.warned_about_seeds = False
 
-    def decode(self, ids: list[list[int]], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+    def decode(self, requests: list[Request], decoding: DecodingConfig) -> list[list[Hypothesis]]:
+        if any(r.constraints for r in requests):
+            raise ConfigError(
+                "constraints: CTranslate2 has no lexically constrained decoding; translate with "
+                "the checkpoint (ckpt_path=<run>/checkpoints/<name>.ckpt) instead of the export "
+                "directory"
+            )
+        prefixed = [i for i, r in enumerate(requests) if r.prefix]
+        if prefixed and len(prefixed) < len(requests):
+            # with target_prefix, CTranslate2 lets only the best candidate end at the step
+            # after the prefix, an empty one too (step 0): lines without a prefix are decoded
+            # apart, so that a line's output does not depend on what else is in its batch
+            plain = [i for i, r in enumerate(requests) if not r.prefix]
+            decoded: list[list[Hypothesis]] = [[] for _ in requests]
+            for group in (prefixed, plain):
+                found = self.decode([requests[i] for i in group], decoding)
+                for i, hypotheses in zip(group, found, strict=True):
+                    decoded[i] = hypotheses
+            return decoded
+        ids = [r.source for r in requests]
         src, tgt = self.tokenizer.src, self.tokenizer.tgt
-        # one limit for the batch: its longest source's (the limit grows with the length)
+        # one limit for the batch: its longest source's (the limit grows with the length), or
+        # its longest prefix's (ours outputs a longer prefix whole)
         longest = source_batch([max(ids, key=len)])
         limit = int(output_limits(longest, decoding, self.max_len)[0])
+        limit = max(limit, *(len(r.prefix) for r in requests))
+        prefixes = None
+        if any(r.prefix for r in requests):
+            prefixes = [[tgt.id_to_piece(i) for i in r.prefix] for r in requests]
+        # CTranslate2 returns at most beam_size hypotheses, also when sampling: there each
+        # source goes in nbest times, one sample per copy
+        copies = decoding.nbest if decoding.search == "sample" else 1
         results = self.engine.translate_batch(
-            [[src.id_to_piece(i) for i in seq] for seq in ids],
-            beam_size=decoding.beam_size,
-            num_hypotheses=decoding.nbest,
+            [[src.id_to_piece(i) for i in seq] for seq in ids for _ in range(copies)],
+            target_prefix=prefixes and [prefix for prefix in prefixes for _ in range(copies)],
+            num_hypotheses=decoding.nbest // copies,
             length_penalty=decoding.length_penalty,
             max_input_length=0,  # source_ids has truncated (or refused) long lines
             max_decoding_length=limit + 1,  # EOS included
             min_decoding_length=0,
             suppress_sequences=self.never_output,
             return_scores=True,
+            **self.search_options(decoding),
         )
-        return [
+        hypotheses = [
             [
                 Hypothesis([tgt.piece_to_id(piece) for piece in pieces], score)
                 for pieces, score in zip(result.hypotheses, result.scores, strict=True)
             ]
             for result in results
         ]
+        if prefixes:
+            hypotheses = self.with_prefix_scores(ids, requests, hypotheses, decoding)
+        if copies == 1:
+            return hypotheses
+        return [
+            sorted(
+                (h for copy in hypotheses[i : i + copies] for h in copy),
+                key=lambda h: h.score,
+                reverse=True,
+            )
+            for i in range(0, len(hypotheses), copies)
+        ]
+
+    def with_prefix_scores(
+        self,
+        ids: list[list[int]],
+        requests: list[Request],
+        hypotheses: list[list[Hypothesis]],
+        decoding: DecodingConfig,
+    ) -> list[list[Hypothesis]]:
+        """CTranslate2 leaves a target prefix's log-probabilities out of a hypothesis's score
+        (its length still counts them); ours scores the whole output, so they are added back,
+        as `score_batch` gives them (the prefix's tokens only: `max_input_length=0`)."""
+        src, tgt = self.tokenizer.src, self.tokenizer.tgt
+        copies = len(hypotheses) // len(requests)
+        scored = self.engine.score_batch(
+            [[src.id_to_piece(i) for i in seq] for seq in ids],
+            [[tgt.id_to_piece(i) for i in r.prefix] for r in requests],
+            max_input_length=0,
+        )
+        prefix_log_probs = [
+            sum(result.log_probs[: len(r.prefix)])
+            for result, r in zip(scored, requests, strict=True)
+        ]
+        return [
+            [
+                Hypothesis(
+                    h.tokens,
+                    h.score
+                    + prefix_log_probs[i // copies]
+                    / (len(h.tokens) + 1) ** decoding.length_penalty,
+                )
+                for h in hypotheses[i]
+            ]
+            for i in range(len(hypotheses))
+        ]
+
+    def search_options(self, decoding: DecodingConfig) -> dict[str, Any]:
+        """Beam search, or sampling. CTranslate2's random generator is one for the process
+        (`ctranslate2.set_random_seed`), seeded here for each batch: the same seed, input and
+        decoding.batch_size give the same samples, but a sentence's samples change with the
+        batch it is in, where our search seeds each sentence from its line."""
+        if decoding.search != "sample":
+            return {"beam_size": decoding.beam_size}
+        if not self.warned_about_seeds:
+            log.warning(
+                "CTranslate2 samples from one random generator for the whole process: a "
+                "sentence's samples depend on its batch, not on (decoding.seed, line) alone; "
+                "decode with the checkpoint for samples reproducible sentence by sentence"
+            )
+            self.warned_about_seeds = True
+        import_ctranslate2(ConfigError, "sampling").set_random_seed(decoding.seed)
+        return {
+            "beam_size": 1,
+            "sampling_topk": decoding.top_k,  # 0: the whole distribution, as ours
+            "sampling_topp": decoding.top_p,
+            "sampling_temperature": decoding.temperature,
+        }

@@ -54,7 +54,7 @@ def max_output_len(src: Tensor, a: float, b: int, limit: int, pad_id: int) -> Te
 LEAST_REMAINDER = 1e-6
 
 
-def _constrain(
+def restrict_outputs(
     model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor, never: Tensor
 ) -> tuple[Tensor, Tensor]:
     """PAD and BOS (the ids `never`) are never output; rows at their length limit (`at_limit`)
@@ -73,11 +73,11 @@ def _constrain(
     return log_probs, remainder
 
 
-def _never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
+def never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
     return torch.tensor([model.pad_id, model.bos_id], device=device)
 
 
-def _strip(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
+def strip_at_end(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
     """Token rows cut at the first EOS or PAD."""
     ends = (model.eos_id, model.pad_id)
     out = []
@@ -87,26 +87,69 @@ def _strip(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:
     return out
 
 
+def prefix_table(prefixes: list[list[int]] | None, max_len: Tensor) -> tuple[Tensor | None, Tensor]:
+    """Forced target prefixes as a (B, L) table padded with -1 (None when no sentence has
+    one), and `max_len` raised to each prefix's length: the limit counts the prefix, and a
+    prefix longer than it is still output whole."""
+    if not prefixes or not any(prefixes):
+        return None, max_len
+    table = torch.full((len(prefixes), max(map(len, prefixes))), -1, dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        table[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    table = table.to(max_len.device)
+    return table, torch.maximum(max_len, (table >= 0).sum(dim=1))
+
+
+def force_prefix(
+    log_probs: Tensor, remainder: Tensor, table: Tensor | None, rows: Tensor, t: int
+) -> Tensor:
+    """Rows whose sentence (`rows` (N,): rows of `table`) has a prefix token at step `t` may
+    only output it. Its score (log-probability over the tokens that can be output) is returned
+    per row (N,; 0 where nothing is forced) and left out of the search: the forced token's
+    log-probability and the row's `remainder` (N,) become 0, so that hypotheses rank by their
+    continuation, as CTranslate2's target_prefix does. In place on `log_probs` (N, V) and
+    `remainder`."""
+    forced_scores = torch.zeros_like(remainder)
+    if table is None or t >= table.shape[1]:
+        return forced_scores
+    forced = table[rows, t]
+    constrained = (forced >= 0).nonzero().squeeze(1)
+    if len(constrained):
+        tokens = forced[constrained]
+        forced_scores[constrained] = log_probs[constrained, tokens].float() - remainder[constrained]
+        log_probs[constrained] = float("-inf")
+        log_probs[constrained, tokens] = 0.0
+        remainder[constrained] = 0.0
+    return forced_scores
+
+
 @torch.no_grad()
 def greedy_search(
-    model: IncrementalDecoder, src: Tensor, max_len: Tensor, length_penalty: float = 1.0
+    model: IncrementalDecoder,
+    src: Tensor,
+    max_len: Tensor,
+    length_penalty: float = 1.0,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Most probable next token at each step (one hypothesis per sentence). `max_len` (B,):
-    output tokens before EOS; `length_penalty` only scales the reported scores."""
+    output tokens before EOS; `length_penalty` only scales the reported scores; `prefixes`:
+    target ids each sentence's output must start with (forced, and scored)."""
+    prefix, max_len = prefix_table(prefixes, max_len)
     horizon = int(max_len.max()) + 1
     state = model.start_decoding(src, beam=1)
     outputs = torch.full((src.shape[0], horizon), model.pad_id, dtype=torch.long, device=src.device)
     step_scores = torch.zeros((src.shape[0], horizon), device=src.device)
-    never = _never_output(model, src.device)
+    never = never_output(model, src.device)
     sentence = torch.arange(src.shape[0], device=src.device)  # of each row still decoding
     tokens = torch.full_like(sentence, model.bos_id)
     for t in range(horizon):
-        log_probs, remainder = _constrain(
+        log_probs, remainder = restrict_outputs(
             model, model.decode_step(state, tokens), t >= max_len, never
         )
+        forced = force_prefix(log_probs, remainder, prefix, sentence, t)
         best, tokens = log_probs.max(dim=-1)
         outputs[sentence, t] = tokens
-        step_scores[sentence, t] = best.float() - remainder
+        step_scores[sentence, t] = best.float() - remainder + forced
         going = tokens != model.eos_id
         if not going.all():
             if not going.any():
@@ -114,7 +157,7 @@ def greedy_search(
             rows = going.nonzero().squeeze(1)
             state.reorder(rows)
             sentence, tokens, max_len = sentence[rows], tokens[rows], max_len[rows]
-    rows = _strip(model, outputs.tolist())
+    rows = strip_at_end(model, outputs.tolist())
     return [
         [Hypothesis(row, score / (len(row) + 1) ** length_penalty)]
         for row, score in zip(rows, step_scores.sum(dim=1).tolist(), strict=True)
@@ -129,8 +172,14 @@ def beam_search(
     beam: int,
     length_penalty: float = 1.0,
     nbest: int = 1,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search; the `nbest` (<= beam) best finished hypotheses by score, best first.
+    `prefixes`: target ids each sentence's hypotheses must start with. As with CTranslate2's
+    target_prefix, hypotheses rank by their continuation's log-probability (over the whole
+    length), only the best candidate may end right after the prefix, and the other beams
+    that would have ended there stay empty for that step; the reported scores add the
+    prefix's log-probability (so they are the model's score of the whole output).
 
     As in fairseq and CTranslate2: a hypothesis ends when an EOS candidate ranks among the top
     `beam` of the 2 x beam candidates of a step, and a sentence is done once it has `beam`
@@ -141,6 +190,7 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest={nbest} must be between 1 and the beam size {beam}")
     b, k, device = src.shape[0], beam, src.device
+    prefix, max_len = prefix_table(prefixes, max_len)
     state = model.start_decoding(src, beam=k)
     inf = float("-inf")
     horizon = int(max_len.max()) + 1
@@ -157,18 +207,30 @@ def beam_search(
     n_final = torch.zeros(b, dtype=torch.long, device=device)
     best_ended = torch.zeros(b, dtype=torch.bool, device=device)  # a step's best was an EOS
     rank = torch.arange(2 * k, device=device)
-    never = _never_output(model, device)
+    never = never_output(model, device)
+    prefix_score = torch.zeros(b, device=device)
+    prefix_len = None if prefix is None else (prefix >= 0).sum(dim=1)
     for t in range(horizon):
         n = len(sentence)
         log_probs = model.decode_step(state, last)  # (n*K, V)
         vocab = log_probs.shape[-1]
         at_limit = t >= max_len  # (n,)
-        log_probs, remainder = _constrain(
+        log_probs, remainder = restrict_outputs(
             model, log_probs.view(n, k, vocab), at_limit[:, None].expand(n, k), never
         )
+        forced = force_prefix(
+            log_probs.view(n * k, vocab),
+            remainder.view(-1),
+            prefix,
+            sentence.repeat_interleave(k),
+            t,
+        )
+        prefix_score[sentence] += forced.view(n, k)[:, 0]  # during a prefix only beam 0 lives
         candidates = ((alive_score - remainder)[..., None] + log_probs).view(n, k * vocab)
         top_score, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K)
         source_beam, token = top_index // vocab, top_index % vocab
+        if prefix_len is not None and t > 0:
+            top_score = after_prefix(top_score, token, model.eos_id, prefix_len[sentence] == t, k)
 
         # finish EOS candidates within the top K
         finishing = (token == model.eos_id) & (rank < k) & top_score.isfinite()
@@ -212,9 +274,24 @@ def beam_search(
     scores, seqs = result_score[:, :nbest].tolist(), result_seq[:, :nbest].tolist()
     return [
         [
-            Hypothesis(row, score)
-            for row, score in zip(_strip(model, rows), sentence_scores, strict=True)
+            Hypothesis(row, score + forced / (len(row) + 1) ** length_penalty)
+            for row, score in zip(strip_at_end(model, rows), sentence_scores, strict=True)
             if score > inf
         ]
-        for rows, sentence_scores in zip(seqs, scores, strict=True)
+        for rows, sentence_scores, forced in zip(seqs, scores, prefix_score.tolist(), strict=True)
     ]
+
+
+def after_prefix(
+    top_score: Tensor, token: Tensor, eos_id: int, first_free: Tensor, k: int
+) -> Tensor:
+    """CTranslate2's rule for the first step after a target prefix (its issue #277: short
+    outputs that win without a length penalty), on the (n, 2K) candidates of rows where
+    `first_free` (n,): an EOS ends a hypothesis only as the best candidate; one below it
+    leaves its beam empty for the step, and an ending best one is replaced by the (K+1)-th
+    candidate only (empty too if that is an EOS). Those left out get -inf."""
+    is_eos = token == eos_id
+    rank = torch.arange(token.shape[1], device=token.device)
+    replaces_best = (rank == k) & is_eos[:, :1]
+    excluded = ((is_eos & (rank > 0)) | ((rank >= k) & ~replaces_best)) & first_free[:, None]
+    return top_score.masked_fill(excluded, float("-inf"))

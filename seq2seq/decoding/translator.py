@@ -6,6 +6,7 @@ from seq2seq.decoding import Translator   # also: from seq2seq.translator import
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,10 +15,10 @@ import torch
 from seq2seq.config import DecodingConfig, RootConfig, group_config
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.backend import Backend
+from seq2seq.decoding.backend import Backend, Request
 from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
 from seq2seq.decoding.torch_backend import TorchBackend
-from seq2seq.errors import DataError
+from seq2seq.errors import ConfigError, DataError
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,21 @@ class Translation(NamedTuple):
     score: float  # log-probability with EOS / (tokens + 1) ** length_penalty (decoding.search)
 
 
-def load_backend(path: Path, device: str | torch.device = "cpu") -> Backend:
-    """The backend of a checkpoint (.ckpt: ours) or of a directory written by seq2seq.export
-    (CTranslate2's)."""
-    path = Path(path)
-    if path.is_dir():
-        return CTranslate2Backend(path, device)
-    return TorchBackend.from_checkpoint(path, device)
+def load_backend(
+    paths: str | Path | Sequence[str | Path], device: str | torch.device = "cpu"
+) -> Backend:
+    """The backend of a checkpoint (.ckpt: ours), of a directory written by seq2seq.export
+    (CTranslate2's), or of several checkpoints decoded as one ensemble (ours)."""
+    paths = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    if len(paths) == 1 and paths[0].is_dir():
+        return CTranslate2Backend(paths[0], device)
+    for path in paths:
+        if path.is_dir():
+            raise ConfigError(
+                f"{path} is an export directory, and CTranslate2 decodes one model at a time: "
+                "an ensemble takes checkpoints (.ckpt)"
+            )
+    return TorchBackend.from_checkpoints(paths, device)
 
 
 class Translator:
@@ -64,10 +73,14 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, decoding: DecodingConfig | None = None, device: str = "cpu"
+        cls,
+        path: str | Path | Sequence[str | Path],
+        decoding: DecodingConfig | None = None,
+        device: str = "cpu",
     ) -> Translator:
-        """A checkpoint (.ckpt), or a directory written by seq2seq.export (CTranslate2)."""
-        backend = load_backend(Path(path), device)
+        """A checkpoint (.ckpt), a directory written by seq2seq.export (CTranslate2), or a list
+        of checkpoints decoded as one ensemble."""
+        backend = load_backend(path, device)
         return cls(backend, backend.tokenizer, decoding)
 
     @property
@@ -75,33 +88,111 @@ class Translator:
         """The configuration of the run that trained the model, when recorded."""
         return self.backend.training_config
 
-    def translate(self, lines: list[str], where: str = "input", first_line: int = 1) -> list[str]:
+    def translate(
+        self,
+        lines: list[str],
+        where: str = "input",
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+    ) -> list[str]:
         """One output per input line, in order; an empty line gives an empty line.
 
         A line longer than the model's positions is truncated with a warning, or raises
         (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
+        `prefixes`: per line, text its translation must start with ("" for none);
+        `constraints`: per line, phrases its translation must contain ([] for none).
         """
-        return [best.text for best, *_ in self.translate_nbest(lines, where, first_line)]
+        nbest = self.translate_nbest(lines, where, first_line, prefixes, constraints)
+        return [best.text for best, *_ in nbest]
 
     def translate_nbest(
-        self, lines: list[str], where: str = "input", first_line: int = 1
+        self,
+        lines: list[str],
+        where: str = "input",
+        first_line: int = 1,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> list[list[Translation]]:
         """`decoding.nbest` translations per input line, best first, with their scores; an
-        empty line gives as many empty translations, scored 0 (nothing is decoded)."""
+        empty line gives as many empty translations, scored 0 (nothing is decoded, and its
+        prefix is not output either).
+
+        A prefix is normalised as the input is and encoded with the target SentencePiece
+        model; the output continues its pieces, so its text starts with the prefix's (the
+        prefix itself where every character is in the vocabulary). Its tokens count in the
+        reported score and the length, as in a teacher-forced score of the whole output; beam
+        search ranks by the continuation (seq2seq.decoding.search.beam_search).
+
+        Constraints are phrases each output must contain (seq2seq.decoding.constraints), each
+        normalised and encoded like a prefix; an output that cannot contain them all within
+        the length limit and beam is the best without, with a warning naming the line and
+        the phrases it misses."""
         ids = self.source_ids(lines, where, first_line)
+        targets = self.prefix_ids(prefixes, len(lines))
+        phrases = self.constraint_ids(constraints, len(lines), where, first_line)
         empty = [Translation("", 0.0)] * self.decoding.nbest
         outputs = [empty] * len(lines)
         todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         size = self.decoding.batch_size
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
-            decoded = self.backend.decode([ids[i] for i in chunk], self.decoding)
+            requests = [Request(ids[i], first_line + i, targets[i], phrases[i]) for i in chunk]
+            decoded = self.backend.decode(requests, self.decoding)
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
                 outputs[i] = [
                     Translation(t, h.score) for t, h in zip(texts, hypotheses, strict=True)
                 ]
+                if constraints and constraints[i]:
+                    self.warn_unmet(constraints[i], outputs[i], where, first_line + i)
         return outputs
+
+    def prefix_ids(self, prefixes: list[str] | None, lines: int) -> list[list[int]]:
+        """Target ids of each line's prefix (none: empty)."""
+        if prefixes is None:
+            return [[] for _ in range(lines)]
+        if len(prefixes) != lines:
+            raise DataError(
+                f"{len(prefixes)} prefixes for {lines} input lines: give one per line, "
+                "an empty one for a line without"
+            )
+        return self.tokenizer.encode_tgt([normalize(p) for p in prefixes])
+
+    def constraint_ids(
+        self, constraints: list[list[str]] | None, lines: int, where: str, first_line: int
+    ) -> list[list[list[int]]]:
+        """Target ids of each line's phrases (none: empty); an empty phrase is refused."""
+        if constraints is None:
+            return [[] for _ in range(lines)]
+        if len(constraints) != lines:
+            raise DataError(
+                f"constraints for {len(constraints)} lines, {lines} input lines: give one "
+                "list per line, an empty one for a line without"
+            )
+        encoded = []
+        for number, phrases in enumerate(constraints, start=first_line):
+            if any(not normalize(p).strip() for p in phrases):
+                raise DataError(
+                    f"constraints of {where}, line {number}: an empty phrase; every phrase "
+                    "needs a word"
+                )
+            encoded.append(self.tokenizer.encode_tgt([normalize(p) for p in phrases]))
+        return encoded
+
+    @staticmethod
+    def warn_unmet(
+        phrases: list[str], translations: list[Translation], where: str, number: int
+    ) -> None:
+        missing = sorted({p for t in translations for p in phrases if normalize(p) not in t.text})
+        if missing:
+            log.warning(
+                "%s, line %d: no translation within the length limit and beam holds %s; raise "
+                "decoding.beam_size (at least the phrases' tokens + 1) or decoding.max_len_b",
+                where,
+                number,
+                ", ".join(repr(p) for p in missing),
+            )
 
     def source_ids(self, lines: list[str], where: str, first_line: int) -> list[list[int]]:
         """SentencePiece ids of the normalised lines, each within the model's positions."""
