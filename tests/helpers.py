@@ -382,3 +382,29 @@ def teacher_forced_score(
         p = log_probs[step].exp()
         total += float(log_probs[step, token]) - math.log(1 - float(p[PAD_ID] + p[BOS_ID]))
     return total / (len(target) + 1) ** length_penalty
+
+
+def tiny_transformer():
+    """A 30-token Transformer (d_model 32, seed 0, eval mode) for search tests."""
+    import torch
+
+    from seq2seq.model.config import ModelConfig
+    from seq2seq.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = config_of(
+        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
+    )
+    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
+
+
+def padded_sources():
+    """Five source rows (B=5, S=9) of tiny_transformer's ids with EOS, two of them padded."""
+    import torch
+
+    torch.manual_seed(3)
+    src = torch.randint(4, 30, (5, 9))
+    src[:, -1] = EOS_ID
+    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
+    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
+    return src

@@ -10,26 +10,26 @@ import re
 import pytest
 import torch
 from helpers import (
-    SPECIAL_IDS,
     A,
     B,
     C,
     TableModel,
     config_of,
+    padded_sources,
     teacher_forced_score,
+    tiny_transformer,
     toy_corpus,
     toy_tokenizer,
     trained_toy_model,
 )
 
 from seq2seq.config import DecodingConfig
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 from seq2seq.decoding.backend import Request
 from seq2seq.decoding.constraints import PhraseMatcher, constrained_beam_search
 from seq2seq.decoding.search import beam_search, max_output_len
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 
@@ -55,26 +55,9 @@ def test_the_matcher_finds_phrases_anywhere_and_where_they_overlap() -> None:
     assert matcher.progress(*matched(matcher, [4, 5, 6, 7])) == matcher.total
 
 
-def tiny_transformer() -> Transformer:
-    torch.manual_seed(0)
-    config = config_of(
-        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
-    )
-    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
-
-
-def sources() -> torch.Tensor:
-    torch.manual_seed(3)
-    src = torch.randint(4, 30, (5, 9))
-    src[:, -1] = EOS_ID
-    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
-    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
-    return src
-
-
 @pytest.mark.parametrize(("length_penalty", "nbest"), [(1.0, 1), (0.0, 1), (1.0, 3)])
 def test_without_phrases_it_is_beam_search(length_penalty: float, nbest: int) -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     expected = beam_search(model, src, max_len, 4, length_penalty, nbest)
     got = constrained_beam_search(model, src, max_len, 4, [[]] * 5, length_penalty, nbest)
@@ -123,7 +106,7 @@ def test_a_phrase_beyond_the_length_limit_gives_the_best_output_without_it() -> 
 
 
 def test_phrases_in_a_batch_equal_one_sentence_at_a_time() -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 6, limit=256, pad_id=PAD_ID)
     phrases = [[[7, 8]], [], [[9], [10, 11]], [[12]], [[13, 14, 15]]]
     batched = constrained_beam_search(model, src, max_len, 5, phrases)

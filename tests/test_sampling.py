@@ -10,13 +10,14 @@ from collections import Counter
 import pytest
 import torch
 from helpers import (
-    SPECIAL_IDS,
     A,
     B,
     C,
     TableModel,
     config_of,
+    padded_sources,
     teacher_forced_score,
+    tiny_transformer,
     toy_corpus,
     toy_tokenizer,
     trained_toy_model,
@@ -30,7 +31,6 @@ from seq2seq.decoding.search import greedy_search, max_output_len
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import ConfigError
 from seq2seq.evaluate import decoding_tag
-from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 DRAWS = 4000
@@ -95,27 +95,10 @@ def test_scores_are_the_models_log_probabilities_of_the_draws() -> None:
     assert [h.score for h in samples] == sorted((h.score for h in samples), reverse=True)
 
 
-def tiny_transformer() -> Transformer:
-    torch.manual_seed(0)
-    config = config_of(
-        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
-    )
-    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
-
-
-def sources() -> torch.Tensor:
-    torch.manual_seed(3)
-    src = torch.randint(4, 30, (5, 9))
-    src[:, -1] = EOS_ID
-    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
-    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
-    return src
-
-
 def test_a_sentences_draws_depend_on_its_seed_alone() -> None:
     """The same (seed, line) gives the same samples alone or in a batch, in any position;
     another seed gives others."""
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     seeds = [(11, line) for line in range(len(src))]
     options = {"samples": 3, "temperature": 2.0}
@@ -136,7 +119,7 @@ def test_a_sentences_draws_depend_on_its_seed_alone() -> None:
 
 
 def test_top_k_of_one_is_greedy() -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     seeds = [(0, line) for line in range(len(src))]
     sampled = sample_search(model, src, max_len, seeds, samples=2, top_k=1)
@@ -212,7 +195,7 @@ def test_samples_are_not_bounded_by_the_beam_and_name_their_files() -> None:
 def test_draws_start_with_the_prefix_and_do_not_depend_on_other_rows_prefixes() -> None:
     """A prefix spends no random numbers, so a sentence's draws are the same next to a
     sentence with a prefix of another length, or alone."""
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     seeds = [(3, line) for line in range(len(src))]
     prefixes = [[7, 8], [], [9], [10, 11, 12], []]

@@ -8,11 +8,10 @@ from functools import partial
 
 import pytest
 import torch
-from helpers import SPECIAL_IDS, A, B, C, TableModel, config_of
+from helpers import A, B, C, TableModel, padded_sources, tiny_transformer
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.search import beam_search, greedy_search, max_output_len
-from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 
@@ -77,26 +76,9 @@ def test_nbest_above_the_beam_is_refused() -> None:
         beam_search(model, src, max_len, beam=2, nbest=3)
 
 
-def tiny_transformer() -> Transformer:
-    torch.manual_seed(0)
-    config = config_of(
-        "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
-    )
-    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
-
-
-def sources() -> torch.Tensor:
-    torch.manual_seed(3)
-    src = torch.randint(4, 30, (5, 9))
-    src[:, -1] = EOS_ID
-    src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
-    src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
-    return src
-
-
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
 def test_beam_size_one_equals_greedy(length_penalty: float) -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = torch.tensor([3, 8, 12, 0, 15])
     greedy = greedy_search(model, src, max_len, length_penalty)
     beam = beam_search(model, src, max_len, beam=1, length_penalty=length_penalty)
@@ -109,7 +91,7 @@ def test_beam_size_one_equals_greedy(length_penalty: float) -> None:
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_batched_search_equals_one_sentence_at_a_time(beam: int) -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     batched = beam_search(model, src, max_len, beam=beam)
     for i in range(len(src)):
@@ -140,7 +122,7 @@ class RowCounter:
 def test_finished_sentences_leave_the_batch(beam: int) -> None:
     """A sentence stops costing decoder work once it is done: here sentence 3 may output
     nothing (max_len 0) and leaves after the first step; the others at their own limits."""
-    counter, src = RowCounter(tiny_transformer()), sources()
+    counter, src = RowCounter(tiny_transformer()), padded_sources()
     max_len = torch.tensor([3, 8, 12, 0, 15])
     search = greedy_search if beam == 1 else partial(beam_search, beam=beam)
     search(counter, src, max_len)
@@ -155,7 +137,7 @@ def test_search_never_outputs_pad_or_bos() -> None:
     with torch.no_grad():  # make BOS and PAD the most likely outputs
         model.output_projection.weight[BOS_ID] *= 50
         model.output_projection.weight[PAD_ID] *= 50
-    src = sources()
+    src = padded_sources()
     max_len = torch.full((len(src),), 6)
     for out in (greedy_search(model, src, max_len), beam_search(model, src, max_len, beam=3)):
         assert all(tok not in (PAD_ID, BOS_ID) for [h] in out for tok in h.tokens)
@@ -188,7 +170,7 @@ def test_a_prefix_is_forced_and_scored(beam: int, length_penalty: float) -> None
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_prefixes_in_a_batch_equal_one_sentence_at_a_time(beam: int) -> None:
-    model, src = tiny_transformer(), sources()
+    model, src = tiny_transformer(), padded_sources()
     max_len = max_output_len(src, 1.5, 4, limit=256, pad_id=PAD_ID)
     prefixes = [[7, 8], [], [9], [10, 11, 12], [13]]
     batched = beam_search(model, src, max_len, beam=beam, prefixes=prefixes)
