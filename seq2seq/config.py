@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.errors import ConfigError, require
-from seq2seq.model.config import ModelConfig
+from seq2seq.model.config import SITES, ModelConfig
 
 # The YAML files are the only home of default values: the dataclasses below declare keys, types
 # and checks, and have no defaults of their own. They ship inside the package (package data),
@@ -427,18 +427,14 @@ class VisualizeConfig:
 
     ckpt_path: str
     text: str
-    site: str  # cross | decoder_self
+    site: str  # cross | decoder_self | encoder_self
     per_head: bool  # one panel per head instead of the mean over heads
     output: str | None  # default: <checkpoint>.<site>.png beside the checkpoint
     decoding: DecodingConfig
 
     def check(self) -> None:
         self.decoding.check()
-        require(
-            self.site in ("cross", "decoder_self"),
-            "site",
-            f"'{self.site}': use cross or decoder_self",
-        )
+        require(self.site in SITES, "site", f"'{self.site}': use {', '.join(SITES)}")
 
 
 @dataclass
