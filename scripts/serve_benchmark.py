@@ -1,0 +1,149 @@
+"""The server under load against the Translator in one process, on the same sentences.
+
+    python scripts/serve_benchmark.py CKPT [--sentences 1000] [--clients 8] [--reps 2]
+        [--latency 200] [--json FILE]
+
+Starts `python -m seq2seq.serve ckpt_path=CKPT` on 127.0.0.1 (beam 5, the default decoding)
+and times, in alternating repetitions: the first `--sentences` lines of test_2016_flickr
+through `Translator.translate` in this process (batches of decoding.batch_size), and the same
+lines sent by `--clients` concurrent clients, one sentence per request, each client taking the
+next line left (sentences/s, and how many answers equal the in-process translation). Then,
+with the server otherwise idle, `--latency` single-sentence requests one after another: the
+median and 95th percentile. The clients run on the same cores as the server (2 on the
+development machine), and their HTTP work is part of the figure. Run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from bench.report import environment, table, write_json
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.decoding.translator import Translator
+
+SOURCE = Path("../shared/data/multi30k/test_2016_flickr.en.gz")
+
+
+def start_server(checkpoint: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "seq2seq.serve", f"ckpt_path={checkpoint}", f"port={port}"]
+    process = subprocess.Popen(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("the server did not start")
+
+
+def under_load(url: str, sentences: list[str], clients: int) -> tuple[float, list[str]]:
+    """Seconds for `clients` clients to translate every sentence, one per request."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(sentences)):
+        todo.put(i)
+    answers = [""] * len(sentences)
+
+    def client() -> None:
+        with httpx.Client(timeout=120) as http:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                reply = http.post(f"{url}/translate", json={"sentences": [sentences[i]]})
+                answers[i] = reply.json()["translations"][0][0]["text"]
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, answers
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--latency", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    sentences = read_lines(SOURCE)[: args.sentences]
+    translator = Translator.from_checkpoint(args.checkpoint)
+    expected = translator.translate(sentences)  # warm-up, and the reference answers
+    process, url = start_server(args.checkpoint)
+    try:
+        under_load(url, sentences[:64], args.clients)  # warm-up
+        in_process, served, equal = [], [], []
+        for _ in range(args.reps):
+            start = time.perf_counter()
+            translator.translate(sentences)
+            in_process.append(time.perf_counter() - start)
+            seconds, answers = under_load(url, sentences, args.clients)
+            served.append(seconds)
+            equal.append(sum(a == b for a, b in zip(answers, expected, strict=True)))
+        latencies = []
+        with httpx.Client(timeout=120) as http:
+            for sentence in sentences[: args.latency]:
+                start = time.perf_counter()
+                http.post(f"{url}/translate", json={"sentences": [sentence]}).raise_for_status()
+                latencies.append((time.perf_counter() - start) * 1000)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    rate = [len(sentences) / s for s in in_process], [len(sentences) / s for s in served]
+    quantiles = statistics.quantiles(latencies, n=20)
+    results = {
+        **environment("serve_benchmark.py", argv),
+        "sentences": len(sentences),
+        "clients": args.clients,
+        "in_process_seconds": in_process,
+        "served_seconds": served,
+        "served_answers_equal_to_in_process": equal,
+        "latency_ms": latencies,
+    }
+    print(f"date: {results['date']}; machine: {results['machine']}")
+    print(
+        table(
+            ["", "sentences/s (median)", "answers equal to the Translator's"],
+            [
+                ["Translator, in process", f"{statistics.median(rate[0]):.1f}", ""],
+                [
+                    f"server, {args.clients} clients, 1 sentence per request",
+                    f"{statistics.median(rate[1]):.1f}",
+                    f"{min(equal)} of {len(sentences)}",
+                ],
+            ],
+        )
+    )
+    print(
+        f"single-sentence latency, {len(latencies)} requests one after another: median "
+        f"{statistics.median(latencies):.1f} ms, p95 {quantiles[18]:.1f} ms"
+    )
+    if args.json:
+        write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
