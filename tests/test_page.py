@@ -100,10 +100,7 @@ def test_a_bad_request_shows_its_error(server: Server, browser) -> None:
     nbest.send_keys("3")
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda b: b.find_element(By.ID, "status").text)
-    assert (
-        "decoding.nbest: 3 hypotheses from a beam of 2"
-        in browser.find_element(By.ID, "status").text
-    )
+    assert "3 hypotheses from a beam of 2" in browser.find_element(By.ID, "status").text
 
 
 def test_the_page_loads_nothing_from_elsewhere() -> None:

@@ -188,7 +188,7 @@ def test_attention_equals_a_teacher_forced_pass_over_the_output(
         (
             {"sentences": ["a"], "decoding": {"nbest": 9}},
             422,
-            "decoding.nbest: 9 hypotheses from a beam of 5",
+            "config key 'decoding.nbest': 9 hypotheses from a beam of 5",
         ),
         (
             {
