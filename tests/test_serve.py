@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -42,18 +43,18 @@ class Server:
     def __init__(self, *overrides: str, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile("w+")  # a pipe nobody reads could fill and block it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "seq2seq.serve", f"port={self.port}", *overrides],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
             cwd=cwd,
             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server stopped: {self.process.stderr.read()[-3000:]}")
+                raise RuntimeError(f"the server stopped: {self.stderr()[-3000:]}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return
@@ -64,10 +65,14 @@ class Server:
     def post(self, body: object, **kwargs) -> httpx.Response:
         return httpx.post(f"{self.url}/translate", json=body, timeout=60, **kwargs)
 
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
     def stop(self) -> tuple[int, str]:
         self.process.send_signal(signal.SIGTERM)
-        _, stderr = self.process.communicate(timeout=60)
-        return self.process.returncode, stderr
+        self.process.wait(timeout=60)
+        return self.process.returncode, self.stderr()
 
 
 @pytest.fixture(scope="module")
