@@ -43,7 +43,8 @@ class Server:
     def __init__(self, *overrides: str, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile("w+")  # a pipe nobody reads could fill and block it
+        # a file, not a pipe: a pipe nobody reads could fill and block the server
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115  (open while the server runs)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "seq2seq.serve", f"port={self.port}", *overrides],
             stdout=subprocess.DEVNULL,
