@@ -1,16 +1,17 @@
 """The server under load against the Translator in one process, on the same sentences.
 
-    python scripts/serve_benchmark.py CKPT [--sentences 1000] [--clients 8] [--reps 2]
-        [--latency 200] [--json FILE]
+    python scripts/serve_benchmark.py CKPT [--sentences 1000] [--clients 8]
+        [--per-request 1 8] [--reps 2] [--latency 200] [--json FILE]
 
 Starts `python -m seq2seq.serve ckpt_path=CKPT` on 127.0.0.1 (beam 5, the default decoding)
 and times, in alternating repetitions: the first `--sentences` lines of test_2016_flickr
 through `Translator.translate` in this process (batches of decoding.batch_size), and the same
-lines sent by `--clients` concurrent clients, one sentence per request, each client taking the
-next line left (sentences/s, and how many answers equal the in-process translation). Then,
-with the server otherwise idle, `--latency` single-sentence requests one after another: the
-median and 95th percentile. The clients run on the same cores as the server (2 on the
-development machine), and their HTTP work is part of the figure. Run it alone.
+lines sent by `--clients` concurrent clients, each request `--per-request` lines, each client
+taking the next lines left (sentences/s, and how many answers equal the in-process
+translation). Then, with the server otherwise idle, `--latency` single-sentence requests one
+after another: the median and 95th percentile. The clients run on the same cores as the
+server (2 on the development machine), and their HTTP work is part of the figure. Run it
+alone.
 """
 
 from __future__ import annotations
@@ -53,22 +54,26 @@ def start_server(checkpoint: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not start")
 
 
-def under_load(url: str, sentences: list[str], clients: int) -> tuple[float, list[str]]:
-    """Seconds for `clients` clients to translate every sentence, one per request."""
+def under_load(
+    url: str, sentences: list[str], clients: int, per_request: int
+) -> tuple[float, list[str]]:
+    """Seconds for `clients` clients to translate every sentence, `per_request` at a time."""
     todo: queue.Queue[int] = queue.Queue()
-    for i in range(len(sentences)):
-        todo.put(i)
+    for start in range(0, len(sentences), per_request):
+        todo.put(start)
     answers = [""] * len(sentences)
 
     def client() -> None:
         with httpx.Client(timeout=120) as http:
             while True:
                 try:
-                    i = todo.get_nowait()
+                    start = todo.get_nowait()
                 except queue.Empty:
                     return
-                reply = http.post(f"{url}/translate", json={"sentences": [sentences[i]]})
-                answers[i] = reply.json()["translations"][0][0]["text"]
+                mine = sentences[start : start + per_request]
+                reply = http.post(f"{url}/translate", json={"sentences": mine})
+                for i, nbest in enumerate(reply.json()["translations"], start=start):
+                    answers[i] = nbest[0]["text"]
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
@@ -84,6 +89,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--per-request", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--latency", type=int, default=200)
     parser.add_argument("--json", type=Path)
@@ -93,15 +99,18 @@ def main(argv: list[str]) -> int:
     expected = translator.translate(sentences)  # warm-up, and the reference answers
     process, url = start_server(args.checkpoint)
     try:
-        under_load(url, sentences[:64], args.clients)  # warm-up
-        in_process, served, equal = [], [], []
+        under_load(url, sentences[:64], args.clients, 1)  # warm-up
+        in_process: list[float] = []
+        served = {n: [] for n in args.per_request}
+        equal = {n: [] for n in args.per_request}
         for _ in range(args.reps):
             start = time.perf_counter()
             translator.translate(sentences)
             in_process.append(time.perf_counter() - start)
-            seconds, answers = under_load(url, sentences, args.clients)
-            served.append(seconds)
-            equal.append(sum(a == b for a, b in zip(answers, expected, strict=True)))
+            for n in args.per_request:
+                seconds, answers = under_load(url, sentences, args.clients, n)
+                served[n].append(seconds)
+                equal[n].append(sum(a == b for a, b in zip(answers, expected, strict=True)))
         latencies = []
         with httpx.Client(timeout=120) as http:
             for sentence in sentences[: args.latency]:
@@ -111,7 +120,10 @@ def main(argv: list[str]) -> int:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
-    rate = [len(sentences) / s for s in in_process], [len(sentences) / s for s in served]
+
+    def rate(seconds: list[float]) -> str:
+        return f"{statistics.median(len(sentences) / s for s in seconds):.1f}"
+
     quantiles = statistics.quantiles(latencies, n=20)
     results = {
         **environment("serve_benchmark.py", argv),
@@ -123,19 +135,16 @@ def main(argv: list[str]) -> int:
         "latency_ms": latencies,
     }
     print(f"date: {results['date']}; machine: {results['machine']}")
-    print(
-        table(
-            ["", "sentences/s (median)", "answers equal to the Translator's"],
-            [
-                ["Translator, in process", f"{statistics.median(rate[0]):.1f}", ""],
-                [
-                    f"server, {args.clients} clients, 1 sentence per request",
-                    f"{statistics.median(rate[1]):.1f}",
-                    f"{min(equal)} of {len(sentences)}",
-                ],
-            ],
-        )
-    )
+    rows = [["Translator, in process (batches of decoding.batch_size)", rate(in_process), ""]]
+    rows += [
+        [
+            f"server, {args.clients} clients, {n} sentence(s) per request",
+            rate(served[n]),
+            f"{min(equal[n])} of {len(sentences)}",
+        ]
+        for n in args.per_request
+    ]
+    print(table(["", "sentences/s (median)", "answers equal to the Translator's"], rows))
     print(
         f"single-sentence latency, {len(latencies)} requests one after another: median "
         f"{statistics.median(latencies):.1f} ms, p95 {quantiles[18]:.1f} ms"
