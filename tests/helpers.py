@@ -217,24 +217,25 @@ def small_model(toy_files: Path, cache: Path) -> list[str]:
     ]
 
 
-def tiny_checkpoint(work: Path, steps: int = 2) -> Path:
-    """A tiny model trained for `steps` steps on the toy corpus, written by train as users'
-    checkpoints are; 63 source tokens at most."""
+def tiny_checkpoint(work: Path, steps: int = 2, *overrides: str) -> Path:
+    """A tiny model trained for `steps` steps on the toy corpus (with train's `overrides`),
+    written by train as users' checkpoints are; 63 source tokens at most."""
     from seq2seq.train import train
 
     src, tgt = toy_corpus()
     for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
         write_lines(work / f"{split}.src", src[lo:hi])
         write_lines(work / f"{split}.tgt", tgt[lo:hi])
-    overrides = [
+    settings = [
         *small_model(work, work / "cache"),
         "trainer.max_epochs=1",
         f"trainer.limit_train_batches={steps}",
         "trainer.num_sanity_val_steps=0",
         "average_last=0",
         "evaluate_after=false",
+        *overrides,
     ]
-    return Path(train(compose_config(overrides), work / "run")["final_checkpoint"])
+    return Path(train(compose_config(settings), work / "run")["final_checkpoint"])
 
 
 def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:

@@ -27,7 +27,10 @@ SENTENCE = "a big dog runs over the small ball"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    checkpoint = tiny_checkpoint(tmp_path_factory.mktemp("model"), steps=20)
+    # the last decoder layer's cross-attention swapped: source queries over the target,
+    # one map per target prefix
+    swapped = "model.attention.layers=[{layers: last:1, cross: {query: source, key_value: target}}]"
+    checkpoint = tiny_checkpoint(tmp_path_factory.mktemp("model"), 20, swapped)
     started = Server(f"ckpt_path={checkpoint}")
     yield started
     started.stop()
@@ -45,9 +48,12 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 
 def drawn(browser) -> np.ndarray:
-    cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap tbody td")
-    rows = 1 + max(int(c.get_attribute("data-row")) for c in cells)
-    return np.array([float(c.get_attribute("data-weight")) for c in cells]).reshape(rows, -1)
+    """The drawn map's cells, each its `data-weight`, read in one call (not one per cell)."""
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#heatmap tbody tr')].map("
+        "row => [...row.querySelectorAll('td')].map(cell => cell.dataset.weight))"
+    )
+    return np.array([[float(w) for w in row] for row in rows])
 
 
 def test_the_page_translates_and_draws_the_apis_weights(server: Server, browser) -> None:
@@ -64,19 +70,31 @@ def test_the_page_translates_and_draws_the_apis_weights(server: Server, browser)
     wait.until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-translated"))
     assert browser.find_element(By.ID, "translation").text == answer["translations"][0][0]["text"]
 
-    for site, layer, head in [
-        ("encoder_self", 1, "2"),
-        ("decoder_self", 0, "1"),
-        ("cross", 1, "3"),
+    for site, layer, head in [  # transformer_tiny: 2 + 2 layers, 2 heads
+        ("encoder_self", 1, "1"),
+        ("decoder_self", 0, "0"),
+        ("cross", 0, "1"),
+        ("cross", 1, "1"),
     ]:
         Select(browser.find_element(By.ID, "site")).select_by_value(site)
         Select(browser.find_element(By.ID, "layer")).select_by_value(str(layer))
         Select(browser.find_element(By.ID, "head")).select_by_value(head)
         expected = np.array(maps[site, layer]["weights"][int(head)])
+        if maps[site, layer]["per_prefix"]:
+            expected = expected[-1]  # the whole target's prefix, shown first
         np.testing.assert_array_equal(drawn(browser), expected)
+    assert not maps["cross", 0]["per_prefix"] and maps["cross", 1]["per_prefix"]
+    axes = browser.find_element(By.ID, "axes").text
+    assert "queries from the source" in axes and "keys/values from the target" in axes
+    last = len(answer["attention"][0]["target"]) - 1
+    np.testing.assert_array_equal(drawn(browser), np.array(maps["cross", 1]["weights"][1][last]))
+    Select(browser.find_element(By.ID, "step")).select_by_value("1")  # the prefix <s> x1
+    np.testing.assert_array_equal(drawn(browser), np.array(maps["cross", 1]["weights"][1][1]))
     Select(browser.find_element(By.ID, "head")).select_by_value("mean")
-    mean = np.array(maps["cross", 1]["weights"]).mean(axis=0)
+    mean = np.array(maps["cross", 1]["weights"])[:, 1].mean(axis=0)
     np.testing.assert_allclose(drawn(browser), mean, atol=1e-9)
+    Select(browser.find_element(By.ID, "layer")).select_by_value("0")
+    assert not browser.find_element(By.ID, "step-label").is_displayed()
 
     cell = browser.find_element(By.CSS_SELECTOR, "#heatmap tbody tr:nth-child(2) td")
     webdriver.ActionChains(browser).move_to_element(cell).perform()

@@ -278,15 +278,24 @@ def test_concurrent_clients_each_get_their_own_answers(server: Server, checkpoin
 
 
 def test_start_up_errors_and_sigterm(checkpoint: Path, tmp_path: Path) -> None:
-    """A checkpoint that cannot be loaded stops start-up with translate's message; a running
-    server stops on SIGTERM with status 0."""
+    """A checkpoint that cannot be loaded stops start-up with translate's message; SIGTERM
+    stops a running server once the request in flight is answered."""
     args = ["ckpt_path=nowhere.ckpt"]
     served, translated = run("serve", tmp_path, *args), run("translate", tmp_path, *args, stdin="")
     assert served.returncode == translated.returncode == 1
     assert served.stderr.splitlines()[-1] == translated.stderr.splitlines()[-1]
     assert "Traceback" not in served.stderr
-    server = Server(f"ckpt_path={checkpoint}", cwd=tmp_path)
-    assert server.stop()[0] == 0
+    # a batch that waits 1.5 s for more requests: the one sent is in flight at the signal
+    server = Server(f"ckpt_path={checkpoint}", "batch_wait_ms=1500", cwd=tmp_path)
+    answer: list = []
+    sender = threading.Thread(target=lambda: answer.append(server.post({"sentences": SENTENCES})))
+    sender.start()
+    time.sleep(0.5)
+    status, _ = server.stop()
+    sender.join()
+    # uvicorn finishes the requests in flight, then ends by the signal it caught
+    assert status in (0, -signal.SIGTERM)
+    assert answer[0].status_code == 200 and len(answer[0].json()["translations"]) == 12
     assert not list(tmp_path.iterdir())  # no run directory, no log file
 
 
