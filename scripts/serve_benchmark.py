@@ -1,17 +1,18 @@
 """The server under load against the Translator in one process, on the same sentences.
 
-    python scripts/serve_benchmark.py CKPT [--sentences 1000] [--clients 8]
+    python scripts/serve_benchmark.py CKPT [--source FILE] [--sentences 1000] [--clients 8]
         [--per-request 1 8] [--reps 2] [--latency 200] [--json FILE]
 
-Starts `python -m seq2seq.serve ckpt_path=CKPT` on 127.0.0.1 (beam 5, the default decoding)
-and times, in alternating repetitions: the first `--sentences` lines of test_2016_flickr
-through `Translator.translate` in this process (batches of decoding.batch_size), and the same
-lines sent by `--clients` concurrent clients, each request `--per-request` lines, each client
-taking the next lines left (sentences/s, and how many answers equal the in-process
-translation). Then, with the server otherwise idle, `--latency` single-sentence requests one
-after another: the median and 95th percentile. The clients run on the same cores as the
-server (2 on the development machine), and their HTTP work is part of the figure. Run it
-alone.
+Starts `python -m seq2seq.serve ckpt_path=CKPT` on 127.0.0.1 (beam 5, the default decoding) and
+times, in alternating repetitions: the first `--sentences` lines of `--source`
+(test_2016_flickr's English) through `Translator.translate` in this process (batches of
+decoding.batch_size), and the same lines sent by `--clients` concurrent clients, each request
+`--per-request` lines, each client taking the next lines left (sentences/s, and how many
+answers equal the in-process translation); and in this process again at batches of `--clients`
+sentences, the most a batch of the server holds when each client waits on one sentence. Then,
+with the server otherwise idle, `--latency` single-sentence requests one after another: the
+median and 95th percentile. The clients run on the same cores as the server (2 on the
+development machine), and their HTTP work is part of the figure. Run it alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -87,6 +89,7 @@ def under_load(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--source", type=Path, default=SOURCE, help="a text file, one per line")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--per-request", type=int, nargs="+", default=[1, 8])
@@ -94,19 +97,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency", type=int, default=200)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    sentences = read_lines(SOURCE)[: args.sentences]
+    sentences = read_lines(args.source)[: args.sentences]
     translator = Translator.from_checkpoint(args.checkpoint)
     expected = translator.translate(sentences)  # warm-up, and the reference answers
+    # the most a batch can hold when each of the clients waits on one sentence
+    small = Translator(translator.backend, translator.tokenizer, replace(translator.decoding))
+    small.decoding.batch_size = args.clients
     process, url = start_server(args.checkpoint)
     try:
         under_load(url, sentences[:64], args.clients, 1)  # warm-up
         in_process: list[float] = []
+        in_small_batches: list[float] = []
         served = {n: [] for n in args.per_request}
         equal = {n: [] for n in args.per_request}
         for _ in range(args.reps):
             start = time.perf_counter()
             translator.translate(sentences)
             in_process.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            small.translate(sentences)
+            in_small_batches.append(time.perf_counter() - start)
             for n in args.per_request:
                 seconds, answers = under_load(url, sentences, args.clients, n)
                 served[n].append(seconds)
@@ -130,12 +140,20 @@ def main(argv: list[str]) -> int:
         "sentences": len(sentences),
         "clients": args.clients,
         "in_process_seconds": in_process,
+        "in_process_batches_of_clients_seconds": in_small_batches,
         "served_seconds": served,
         "served_answers_equal_to_in_process": equal,
         "latency_ms": latencies,
     }
     print(f"date: {results['date']}; machine: {results['machine']}")
-    rows = [["Translator, in process (batches of decoding.batch_size)", rate(in_process), ""]]
+    rows = [
+        [
+            f"Translator, in process, batches of {translator.decoding.batch_size}",
+            rate(in_process),
+            "",
+        ],
+        [f"Translator, in process, batches of {args.clients}", rate(in_small_batches), ""],
+    ]
     rows += [
         [
             f"server, {args.clients} clients, {n} sentence(s) per request",

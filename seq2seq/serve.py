@@ -30,12 +30,15 @@ def main(config: ServeConfig) -> None:
         import uvicorn
 
         from seq2seq.serving.app import create_app
+        from seq2seq.serving.batching import decoding_thread
     except ImportError as e:
         raise ConfigError(
             f'serve needs the serve extra ({e.name} is missing): pip install "seq2seq[serve]" '
             '(from a checkout: pip install -e ".[serve]")'
         ) from None
-    backend = load_backend([config.ckpt_path, *config.checkpoints], default_device())
+    worker = decoding_thread()  # loads the model and runs it: torch on one thread only
+    paths = [config.ckpt_path, *config.checkpoints]
+    backend = worker.submit(load_backend, paths, default_device()).result()
     if not is_local(config.host):
         log.warning(
             "host=%s: the server is reachable beyond this machine, with no authentication; "
@@ -45,7 +48,7 @@ def main(config: ServeConfig) -> None:
         )
     log.info("serving %s on http://%s:%d/", backend.name, config.host, config.port)
     uvicorn.run(
-        create_app(backend, config),
+        create_app(backend, config, worker),
         host=config.host,
         port=config.port,
         log_level="warning",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,9 +148,14 @@ def model_summary(backend: Backend, config: ServeConfig, attention: bool) -> dic
     }
 
 
-def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
+def create_app(
+    backend: Backend, config: ServeConfig, worker: ThreadPoolExecutor | None = None
+) -> FastAPI:
+    """The app; `worker`: the thread that decodes (batching.decoding_thread), best the one
+    that loaded `backend`."""
     service = TranslationService(backend)
-    batcher = Batcher(service.decode_group, config.decoding.batch_size, config.batch_wait_ms / 1000)
+    wait_s = config.batch_wait_ms / 1000
+    batcher = Batcher(service.decode_group, config.decoding.batch_size, wait_s, worker)
     summary = model_summary(backend, config, service.model is not None)
 
     @asynccontextmanager

@@ -29,12 +29,25 @@ class Job:
 GroupFunction = Callable[[list[Job]], list[Any]]  # a result or an exception per job
 
 
+def decoding_thread() -> ThreadPoolExecutor:
+    """The one thread that runs the model. Torch work from two threads slows both on a few
+    cores (each thread gets its own OpenMP team, and the teams compete), so the server loads
+    the model on this thread too (docs/serving.md)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+
+
 class Batcher:
-    def __init__(self, decode_group: GroupFunction, max_sentences: int, wait_s: float) -> None:
+    def __init__(
+        self,
+        decode_group: GroupFunction,
+        max_sentences: int,
+        wait_s: float,
+        worker: ThreadPoolExecutor | None = None,
+    ) -> None:
         self.decode_group = decode_group
         self.max_sentences, self.wait_s = max_sentences, wait_s
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self.worker = worker or decoding_thread()
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:

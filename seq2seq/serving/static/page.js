@@ -20,7 +20,7 @@ function setStatus(text, isError) {
 
 async function loadModel() {
   const summary = await (await fetch("/model")).json();
-  $("backend").textContent = summary.backend;
+  $("backend").textContent = `decoded by ${summary.backend}`;
   const rows = [["checkpoints", summary.checkpoints.join("\n")]];
   if (summary.model) {
     const m = summary.model;
