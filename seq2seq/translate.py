@@ -62,9 +62,9 @@ def open_output(path: str | None) -> Iterator[TextIO]:
 def nbest_lines(translations: list[list[Translation]], first_line: int) -> str:
     """The n-best format: `line number<TAB>score<TAB>text`, k lines per input line."""
     return "".join(
-        f"{number}\t{t.score:.4f}\t{t.text}\n"
+        f"{number}\t{score:.4f}\t{text}\n"
         for number, nbest in enumerate(translations, start=first_line)
-        for t in nbest
+        for text, score in nbest
     )
 
 

@@ -345,3 +345,26 @@ def test_the_batcher_groups_waiting_jobs_by_key_and_fails_only_the_failing_job()
         [("sample", 4)],
         [("beam", 5)],
     ]
+
+
+def test_an_export_directory_translates_and_refuses_what_ctranslate2_cannot(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """Served from a CTranslate2 export directory: the same translations as the Translator on
+    it; attention and constraints are refused with 422, naming why."""
+    pytest.importorskip("ctranslate2")
+    exported = run("export", tmp_path, f"ckpt_path={checkpoint}", f"export.dir={tmp_path / 'ct2'}")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    server = Server(f"ckpt_path={tmp_path / 'ct2'}")
+    try:
+        expected = translator(tmp_path / "ct2").translate_nbest(SENTENCES[:4])
+        assert server.post({"sentences": SENTENCES[:4]}).json()["translations"] == listed(expected)
+        refused = server.post({"sentences": ["a dog"], "attention": True})
+        assert refused.status_code == 422
+        assert "attention maps need one checkpoint (.ckpt)" in refused.json()["error"]
+        refused = server.post({"sentences": ["a dog"], "constraints": [["dog"]]})
+        assert refused.status_code == 422
+        assert "CTranslate2 has no lexically constrained decoding" in refused.json()["error"]
+        assert httpx.get(f"{server.url}/model").json()["attention"] is False
+    finally:
+        server.stop()

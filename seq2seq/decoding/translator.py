@@ -31,7 +31,16 @@ def default_device() -> str:
 class Translation(NamedTuple):
     text: str
     score: float  # log-probability with EOS / (tokens + 1) ** length_penalty (decoding.search)
-    tokens: list[int] = []  # the target ids, without BOS and EOS (what attention is drawn over)
+
+
+class DecodedTranslation(Translation):
+    """A Translation that also keeps the target ids it was decoded to (without BOS and EOS;
+    what the server draws attention over), and still unpacks as (text, score)."""
+
+    def __new__(cls, text: str, score: float, tokens: list[int] | None = None):
+        translation = super().__new__(cls, text, score)
+        translation.tokens = tokens or []
+        return translation
 
 
 def load_backend(
@@ -148,7 +157,7 @@ class Translator:
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
                 outputs[i] = [
-                    Translation(t, h.score, h.tokens)
+                    DecodedTranslation(t, h.score, h.tokens)
                     for t, h in zip(texts, hypotheses, strict=True)
                 ]
                 if constraints and constraints[i]:

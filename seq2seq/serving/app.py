@@ -24,7 +24,7 @@ from seq2seq.analysis.attention import Attention, attention_of
 from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.decoding.backend import Backend
 from seq2seq.decoding.torch_backend import TorchBackend
-from seq2seq.decoding.translator import Translation, Translator
+from seq2seq.decoding.translator import DecodedTranslation, Translation, Translator
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model.transformer import Transformer
 from seq2seq.serving.batching import Batcher, Job
@@ -125,7 +125,7 @@ class TranslationService:
         return [{"text": t.text, "score": round(t.score, 6)} for t in nbest]
 
     def attention(
-        self, translator: Translator, sentence: str, number: int, best: Translation
+        self, translator: Translator, sentence: str, number: int, best: DecodedTranslation
     ) -> dict[str, Any] | None:
         """The best translation's maps (none for an empty sentence, which is not decoded)."""
         [src_ids] = translator.source_ids([sentence], WHERE, [number])
