@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.errors import ConfigError, require
-from seq2seq.model.config import ModelConfig
+from seq2seq.model.config import SITES, ModelConfig
 
 # The YAML files are the only home of default values: the dataclasses below declare keys, types
 # and checks, and have no defaults of their own. They ship inside the package (package data),
@@ -372,6 +372,36 @@ class TranslateConfig:
 
 
 @dataclass
+class ServeLimits:
+    body_bytes: int  # largest request body
+    sentences: int  # most sentences in one request
+    characters: int  # longest sentence, prefix or phrase
+    timeout_s: float  # a request's time, waiting and decoding
+
+
+@dataclass
+class ServeConfig:
+    """What `serve` reads (conf/serve.yaml): a model, where to listen, how to decode (each
+    request may change the decoding), and the limits on a request."""
+
+    ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
+    host: str
+    port: int
+    batch_wait_ms: float  # how long a batch waits for more requests
+    limits: ServeLimits
+    decoding: DecodingConfig
+
+    def check(self) -> None:
+        self.decoding.check()
+        require(0 <= self.port <= 65535, "port", f"must be in 0-65535, got {self.port}")
+        require(self.batch_wait_ms >= 0, "batch_wait_ms", f"must be >= 0, got {self.batch_wait_ms}")
+        for key in ("body_bytes", "sentences", "characters", "timeout_s"):
+            value = getattr(self.limits, key)
+            require(value > 0, f"limits.{key}", f"must be > 0, got {value}")
+
+
+@dataclass
 class ExportSettings:
     dir: str
     quantization: str  # "none": float32; else one of CTranslate2's types, checked on export
@@ -427,18 +457,14 @@ class VisualizeConfig:
 
     ckpt_path: str
     text: str
-    site: str  # cross | decoder_self
+    site: str  # cross | decoder_self | encoder_self
     per_head: bool  # one panel per head instead of the mean over heads
     output: str | None  # default: <checkpoint>.<site>.png beside the checkpoint
     decoding: DecodingConfig
 
     def check(self) -> None:
         self.decoding.check()
-        require(
-            self.site in ("cross", "decoder_self"),
-            "site",
-            f"'{self.site}': use cross or decoder_self",
-        )
+        require(self.site in SITES, "site", f"'{self.site}': use {', '.join(SITES)}")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`python -m seq2seq.visualize ckpt_path=... text="..."`: attention heatmaps of one sentence,
-one panel per decoder layer (the mean over heads, or one per head) of the chosen site
-(seq2seq.analysis.attention)."""
+one panel per layer (the mean over heads, or one per head) of the chosen site: cross,
+decoder_self or encoder_self (seq2seq.analysis.attention)."""
 
 from __future__ import annotations
 

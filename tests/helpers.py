@@ -206,6 +206,38 @@ def toy_overrides(data: Path, cache: Path) -> list[str]:
     ]
 
 
+def small_model(toy_files: Path, cache: Path) -> list[str]:
+    return [
+        *toy_overrides(toy_files, cache),
+        "model=transformer_tiny",
+        "model.max_len=64",
+        "data.filter.max_len=60",
+        "data.max_tokens=256",
+        "decoding=greedy",
+    ]
+
+
+def tiny_checkpoint(work: Path, steps: int = 2, *overrides: str) -> Path:
+    """A tiny model trained for `steps` steps on the toy corpus (with train's `overrides`),
+    written by train as users' checkpoints are; 63 source tokens at most."""
+    from seq2seq.train import train
+
+    src, tgt = toy_corpus()
+    for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
+        write_lines(work / f"{split}.src", src[lo:hi])
+        write_lines(work / f"{split}.tgt", tgt[lo:hi])
+    settings = [
+        *small_model(work, work / "cache"),
+        "trainer.max_epochs=1",
+        f"trainer.limit_train_batches={steps}",
+        "trainer.num_sanity_val_steps=0",
+        "average_last=0",
+        "evaluate_after=false",
+        *overrides,
+    ]
+    return Path(train(compose_config(settings), work / "run")["final_checkpoint"])
+
+
 def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:
     """A tiny model that overfits a few pairs in pairs.src / pairs.tgt quickly."""
     splits = ("train", "val", "test")

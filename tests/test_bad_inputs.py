@@ -13,15 +13,15 @@ import torch
 from helpers import (
     compose_config,
     run,
+    small_model,
+    tiny_checkpoint,
     toy_corpus,
-    toy_overrides,
     toy_tokenizer,
     write_lines,
 )
 
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import DataError
-from seq2seq.train import train
 
 MULTI30K_FILES = [f"{split}.{lang}.gz" for split in ("train", "val") for lang in ("en", "de")]
 
@@ -41,34 +41,9 @@ def assert_nothing_half_written(*folders: Path) -> None:
             assert not list(folder.rglob("*.ckpt")) and not list(folder.rglob("run_summary.json"))
 
 
-def small_model(toy_files: Path, cache: Path) -> list[str]:
-    return [
-        *toy_overrides(toy_files, cache),
-        "model=transformer_tiny",
-        "model.max_len=64",
-        "data.filter.max_len=60",
-        "data.max_tokens=256",
-        "decoding=greedy",
-    ]
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model trained for two steps on the toy corpus; 63 source tokens at most."""
-    work = tmp_path_factory.mktemp("model")
-    src, tgt = toy_corpus()
-    for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
-        write_lines(work / f"{split}.src", src[lo:hi])
-        write_lines(work / f"{split}.tgt", tgt[lo:hi])
-    overrides = [
-        *small_model(work, work / "cache"),
-        "trainer.max_epochs=1",
-        "trainer.limit_train_batches=2",
-        "trainer.num_sanity_val_steps=0",
-        "average_last=0",
-        "evaluate_after=false",
-    ]
-    return Path(train(compose_config(overrides), work / "run")["final_checkpoint"])
+    return tiny_checkpoint(tmp_path_factory.mktemp("model"))
 
 
 def break_file(folder: Path, name: str, content: bytes) -> None:

@@ -18,7 +18,7 @@ from helpers import ROOT
 PACKAGE = ROOT / "seq2seq"
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 COMMANDS = {value.split(":")[0] for value in SCRIPTS.values()}  # seq2seq.train, ...
-MACHINERY = ("data", "model", "training", "decoding", "analysis")
+MACHINERY = ("data", "model", "training", "decoding", "analysis", "serving")
 # what each package may import besides itself and these top-level modules (the schema, errors,
 # file helpers, locks and threads of runs side by side, scores): the flow files -> tokenizer ->
 # batches -> model -> loss / decoding -> metrics -> reports, with training driving it
@@ -36,6 +36,7 @@ ALLOWED = {
     "decoding": {"data", "model"},
     "analysis": {"data", "model", "decoding"},
     "training": {"data", "model", "decoding", "analysis"},
+    "serving": {"data", "model", "decoding", "analysis"},
 }
 
 
@@ -111,7 +112,7 @@ def test_the_commands_are_the_top_level_modules_users_run() -> None:
     assert {
         f"seq2seq.{c}"
         for c in ("prepare", "train", "evaluate", "translate", "export", "analyze", "visualize")
-    } | {"seq2seq.report"} == COMMANDS
+    } | {"seq2seq.report", "seq2seq.serve"} == COMMANDS
     assert all(value.endswith(":main") for value in SCRIPTS.values())
     assert set(SCRIPTS) == {f"seq2seq-{c.removeprefix('seq2seq.')}" for c in COMMANDS}
 
@@ -179,4 +180,7 @@ def test_a_built_wheel_installs_and_runs_its_commands_outside_the_source_tree(
     assert "name: transformer_tiny" in job and "name: multi30k" in job
     assert "seq2seq-translate" in run(bin_dir / "python", "-m", "seq2seq")
     assert "sweep: null" in run(bin_dir / "seq2seq-report", "--cfg", "job")
+    assert "host: 127.0.0.1" in run(bin_dir / "seq2seq-serve", "--cfg", "job", "ckpt_path=x")
+    page = "import seq2seq.serving.app as a; print(sorted(p.name for p in a.STATIC.iterdir()))"
+    assert run(bin_dir / "python", "-c", page).strip() == "['index.html', 'page.css', 'page.js']"
     assert list(elsewhere.iterdir()) == []

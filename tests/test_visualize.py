@@ -67,7 +67,46 @@ def test_heatmaps_follow_per_layer_wiring_and_skip_skipped_layers(tmp_path: Path
     first_skipped = configured_model("block.decoder.cross_attention.skip=[0]")
     maps, _ = attention_maps(*translator(first_skipped), "a dog reads", "cross")
     assert [m.layer for m in maps] == [1]
-    with pytest.raises(ConfigError, match="site=cross: this model skips it in every decoder"):
+    with pytest.raises(ConfigError, match="site=cross: this model skips it in every layer"):
         attention_maps(
             *translator(configured_model("block.decoder.cross_attention.skip=all")), "a", "cross"
         )
+
+
+def test_every_site_and_layer_from_one_pass_with_encoder_self_against_a_reference() -> None:
+    """attention_of returns encoder self, decoder self and cross weights for every layer; the
+    first encoder layer's equal softmax(QK^T / sqrt(d_k)) of its own projections, and the
+    encoder's states are the same with weights asked for as without."""
+    import torch
+
+    from seq2seq.analysis.attention import attention_of
+    from seq2seq.decoding.backend import source_batch
+
+    backend, _ = translator(wired_model())
+    model, tokenizer = backend.model.eval(), backend.tokenizer
+    src_ids, output = tokenizer.encode_src(["a dog reads a book"])[0], [7, 9, 11]
+    attention = attention_of(model, tokenizer, src_ids, output)
+    sites = [(m.site, m.layer) for m in attention.maps]
+    assert sites == [  # one encoder layer, two decoder layers
+        ("encoder_self", 0),
+        ("decoder_self", 0),
+        ("cross", 0),
+        ("decoder_self", 1),
+        ("cross", 1),
+    ]
+    s, t = len(src_ids) + 1, len(output) + 1
+    shapes = {m.site: m.weights.shape for m in attention.maps}
+    assert shapes == {"encoder_self": (4, s, s), "decoder_self": (4, t, t), "cross": (4, t, s)}
+    assert attention.source[-1] == "</s>" and attention.target[0] == "<s>"
+
+    src = source_batch([src_ids])
+    layer = model.encoder_layers[0]
+    with torch.no_grad():
+        h = layer.attention_block.sublayer_input(model.src_embedding(src))
+        mha = layer.self_attention.attention
+        q, (k, _) = mha.queries(h), mha.keys_values(h)
+        expected = (q @ k.transpose(-2, -1) / mha.d_k**0.5).softmax(-1)[0]
+        np.testing.assert_allclose(attention.maps[0].weights, expected.numpy(), atol=1e-6)
+        weights: list = []
+        torch.testing.assert_close(model.encode(src, weights)[0], model.encode(src)[0])
+    assert len(weights) == 1

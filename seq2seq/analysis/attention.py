@@ -1,11 +1,13 @@
-"""The attention weights of one translation, per decoder layer, and their heatmaps: what
-`python -m seq2seq.visualize` draws.
+"""The attention weights of one translation at every site, layer and head: what
+`python -m seq2seq.visualize` draws and what the server's page (seq2seq.serving) shows.
 
-Translates the sentence, runs the decoder once more on its own output asking for the attention
-weights (`Transformer.decode(..., need_weights=True)` returns them per layer and site), and
-keeps one map per decoder layer that runs the chosen site. Rows are the queries, columns the
-keys/values, whatever the wiring, which may differ from layer to layer
-(model.attention.layers); a layer where the site is skipped (model.block) has no map.
+The sentence is translated, then the model runs once more, teacher-forced on its own output,
+asking for the weights (`Transformer.encode(..., weights=[...])` and
+`Transformer.decode(..., need_weights=True)`). Rows are the queries, columns the keys/values,
+whatever the wiring, which may differ from layer to layer (model.attention.layers); a layer
+where a site is skipped (model.block) has no map. A decoder site whose queries come from the
+source has one map per target prefix (its result at target position t only sees the target up
+to t): (heads, T, S, T) where the others are (heads, Q, K).
 """
 
 from __future__ import annotations
@@ -22,59 +24,124 @@ import torch  # noqa: E402
 
 from seq2seq.config import DecodingConfig  # noqa: E402
 from seq2seq.data.corpus import normalize  # noqa: E402
+from seq2seq.data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.decoding.backend import source_batch  # noqa: E402
 from seq2seq.decoding.torch_backend import TorchBackend  # noqa: E402
 from seq2seq.errors import ConfigError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
-from seq2seq.model.config import Stream  # noqa: E402
+from seq2seq.model.config import SITES, Stream  # noqa: E402
+from seq2seq.model.transformer import Transformer  # noqa: E402
 
 
 def pieces(processor, ids: list[int]) -> list[str]:
     return [processor.id_to_piece(i) for i in ids]
 
 
+class SiteMap(NamedTuple):
+    site: str  # encoder_self | decoder_self | cross
+    layer: int  # 0-based, in its stack
+    query: Stream  # the stream of the rows
+    key: Stream  # the stream of the columns
+    weights: np.ndarray  # (heads, Q, K), or (heads, T, S, T): one map per target prefix
+
+
+class Attention(NamedTuple):
+    """A translation's weights, with the token labels of both streams."""
+
+    source: list[str]  # source pieces and </s>
+    target: list[str]  # <s> and the output's pieces
+    maps: list[SiteMap]
+
+    def labels(self, stream: Stream) -> list[str]:
+        return self.source if stream == Stream.source else self.target
+
+
+@torch.no_grad()
+def attention_of(
+    model: Transformer, tokenizer: Tokenizer, src_ids: list[int], output: list[int]
+) -> Attention:
+    """Every site's weights in every layer for the source ids `src_ids` (without EOS) and
+    the output ids `output` (without BOS and EOS), from one teacher-forced pass."""
+    src = source_batch([src_ids]).to(next(model.parameters()).device)
+    tgt_in = torch.tensor([[tokenizer.bos_id, *output]], device=src.device)
+    encoder_weights: list[torch.Tensor | None] = []
+    memory, src_mask = model.encode(src, encoder_weights)
+    _, decoder_weights = model.decode(tgt_in, memory, src_mask, need_weights=True)
+    maps = []
+    for number, (layer, weights) in enumerate(
+        zip(model.encoder_layers, encoder_weights, strict=True)
+    ):
+        if layer.self_attention is not None:
+            maps.append(
+                SiteMap(
+                    "encoder_self",
+                    number,
+                    Stream.source,
+                    Stream.source,
+                    weights[0].float().cpu().numpy(),
+                )
+            )
+    for number, (layer, by_site) in enumerate(
+        zip(model.decoder_layers, decoder_weights, strict=True)
+    ):
+        for site, attention in (
+            ("decoder_self", layer.self_attention),
+            ("cross", layer.cross_attention),
+        ):
+            if attention is not None:
+                maps.append(
+                    SiteMap(
+                        site,
+                        number,
+                        attention.query_stream,
+                        attention.key_value_stream,
+                        by_site[site][0].float().cpu().numpy(),
+                    )
+                )
+    return Attention(
+        [*pieces(tokenizer.src, src_ids), "</s>"], ["<s>", *pieces(tokenizer.tgt, output)], maps
+    )
+
+
+def translate_with_attention(
+    backend: TorchBackend, decoding: DecodingConfig, text: str
+) -> tuple[Attention, str]:
+    """The best translation of `text` and its attention."""
+    src_ids = backend.tokenizer.encode_src([normalize(text)])[0]
+    [[best, *_]] = backend.search(source_batch([src_ids]), decoding)
+    translation = backend.tokenizer.decode_tgt([best.tokens])[0]
+    return attention_of(backend.model, backend.tokenizer, src_ids, best.tokens), translation
+
+
 class LayerMap(NamedTuple):
-    layer: int  # 0-based decoder layer
+    layer: int  # 0-based, in its stack
     weights: np.ndarray  # (heads, queries, keys)
     query: list[str]  # labels of the rows
     key: list[str]  # labels of the columns
 
 
-@torch.no_grad()
 def attention_maps(
     backend: TorchBackend, decoding: DecodingConfig, text: str, site: str
 ) -> tuple[list[LayerMap], str]:
-    """The weights of `site` in every decoder layer that runs it, and the translation."""
-    model, tokenizer = backend.model, backend.tokenizer
-    src_ids = tokenizer.encode_src([normalize(text)])[0]
-    src = source_batch([src_ids])
-    [[best, *_]] = backend.search(src, decoding)
-    output = best.tokens
-    tgt_in = torch.tensor([[tokenizer.bos_id, *output]])
-    memory, src_mask = model.encode(src)
-    _, weights_per_layer = model.decode(tgt_in, memory, src_mask, need_weights=True)
-    labels = {
-        Stream.source: [*pieces(tokenizer.src, src_ids), "</s>"],
-        Stream.target: ["<s>", *pieces(tokenizer.tgt, output)],
-    }
-    maps = []
-    for number, (layer, layer_weights) in enumerate(
-        zip(model.decoder_layers, weights_per_layer, strict=True)
-    ):
-        attention = layer.self_attention if site == "decoder_self" else layer.cross_attention
-        if attention is None:  # skipped in this layer
-            continue
-        weights = layer_weights[site][0]  # (h, Q, K), or (h, T, S, T) for prefix attention
-        if weights.dim() == 4:
-            weights = weights[:, -1]  # the whole target: the last prefix
-        query, key = labels[attention.query_stream], labels[attention.key_value_stream]
-        maps.append(LayerMap(number, weights.numpy(), query, key))
+    """The weights of `site` in every layer that runs it (a map per target prefix: the last,
+    the whole target's), and the translation."""
+    attention, translation = translate_with_attention(backend, decoding, text)
+    maps = [
+        LayerMap(
+            m.layer,
+            m.weights[:, -1] if m.weights.ndim == 4 else m.weights,
+            attention.labels(m.query),
+            attention.labels(m.key),
+        )
+        for m in attention.maps
+        if m.site == site
+    ]
     if not maps:
         raise ConfigError(
-            f"site={site}: this model skips it in every decoder layer (model.block); choose "
-            "the other site"
+            f"site={site}: this model skips it in every layer (model.block); choose another "
+            f"site ({', '.join(SITES)})"
         )
-    return maps, tokenizer.decode_tgt([output])[0]
+    return maps, translation
 
 
 def plot_attention(maps: list[LayerMap], per_head: bool, title: str, output: Path) -> None:

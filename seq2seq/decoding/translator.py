@@ -33,6 +33,16 @@ class Translation(NamedTuple):
     score: float  # log-probability with EOS / (tokens + 1) ** length_penalty (decoding.search)
 
 
+class DecodedTranslation(Translation):
+    """A Translation that also keeps the target ids it was decoded to (without BOS and EOS;
+    what the server draws attention over), and still unpacks as (text, score)."""
+
+    def __new__(cls, text: str, score: float, tokens: list[int] | None = None):
+        translation = super().__new__(cls, text, score)
+        translation.tokens = tokens or []
+        return translation
+
+
 def load_backend(
     paths: str | Path | Sequence[str | Path], device: str | torch.device = "cpu"
 ) -> Backend:
@@ -113,10 +123,14 @@ class Translator:
         first_line: int = 1,
         prefixes: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        *,
+        numbers: Sequence[int] | None = None,
     ) -> list[list[Translation]]:
         """`decoding.nbest` translations per input line, best first, with their scores; an
         empty line gives as many empty translations, scored 0 (nothing is decoded, and its
-        prefix is not output either).
+        prefix is not output either). `numbers`: each line's number, for lines that are not
+        consecutive (the server's batches of several requests), instead of `first_line` + i:
+        what messages name and what seeds a line's samples.
 
         A prefix is normalised as the input is and encoded with the target SentencePiece
         model; the output continues its pieces, so its text starts with the prefix's (the
@@ -128,24 +142,26 @@ class Translator:
         normalised and encoded like a prefix; an output that cannot contain them all within
         the length limit and beam is the best without, with a warning naming the line and
         the phrases it misses."""
-        ids = self.source_ids(lines, where, first_line)
+        numbers = list(numbers or range(first_line, first_line + len(lines)))
+        ids = self.source_ids(lines, where, numbers)
         targets = self.prefix_ids(prefixes, len(lines))
-        phrases = self.constraint_ids(constraints, len(lines), where, first_line)
+        phrases = self.constraint_ids(constraints, len(lines), where, numbers)
         empty = [Translation("", 0.0)] * self.decoding.nbest
         outputs = [empty] * len(lines)
         todo = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         size = self.decoding.batch_size
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
-            requests = [Request(ids[i], first_line + i, targets[i], phrases[i]) for i in chunk]
+            requests = [Request(ids[i], numbers[i], targets[i], phrases[i]) for i in chunk]
             decoded = self.backend.decode(requests, self.decoding)
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
                 outputs[i] = [
-                    Translation(t, h.score) for t, h in zip(texts, hypotheses, strict=True)
+                    DecodedTranslation(t, h.score, h.tokens)
+                    for t, h in zip(texts, hypotheses, strict=True)
                 ]
                 if constraints and constraints[i]:
-                    self.warn_unmet(constraints[i], outputs[i], where, first_line + i)
+                    self.warn_unmet(constraints[i], outputs[i], where, numbers[i])
         return outputs
 
     def prefix_ids(self, prefixes: list[str] | None, lines: int) -> list[list[int]]:
@@ -160,7 +176,7 @@ class Translator:
         return self.tokenizer.encode_tgt([normalize(p) for p in prefixes])
 
     def constraint_ids(
-        self, constraints: list[list[str]] | None, lines: int, where: str, first_line: int
+        self, constraints: list[list[str]] | None, lines: int, where: str, numbers: list[int]
     ) -> list[list[list[int]]]:
         """Target ids of each line's phrases (none: empty); an empty phrase is refused."""
         if constraints is None:
@@ -171,7 +187,7 @@ class Translator:
                 "list per line, an empty one for a line without"
             )
         encoded = []
-        for number, phrases in enumerate(constraints, start=first_line):
+        for number, phrases in zip(numbers, constraints, strict=True):
             if any(not normalize(p).strip() for p in phrases):
                 raise DataError(
                     f"constraints of {where}, line {number}: an empty phrase; every phrase "
@@ -194,11 +210,12 @@ class Translator:
                 ", ".join(repr(p) for p in missing),
             )
 
-    def source_ids(self, lines: list[str], where: str, first_line: int) -> list[list[int]]:
-        """SentencePiece ids of the normalised lines, each within the model's positions."""
+    def source_ids(self, lines: list[str], where: str, numbers: list[int]) -> list[list[int]]:
+        """SentencePiece ids of the normalised lines (numbered `numbers`), each within the
+        model's positions."""
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
         limit = self.backend.max_len - 1  # positions, less one for EOS
-        for number, seq in enumerate(ids, start=first_line):
+        for number, seq in zip(numbers, ids, strict=True):
             if len(seq) <= limit:
                 continue
             if self.decoding.long_inputs == "error":

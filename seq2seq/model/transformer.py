@@ -152,15 +152,20 @@ class EncoderLayer(nn.Module):
         self.self_attention, self.feed_forward = attention, feed_forward
         self.attention_block, self.feed_forward_block = attention_block, feed_forward_block
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """x (B, S, d): the source states; src_mask (B, 1, 1, S)."""
+    def forward(
+        self, x: Tensor, src_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, S, d): the source states; src_mask (B, 1, 1, S). Returns the new states and,
+        if `need_weights`, the self-attention weights (B, h, S, S) (None where skipped)."""
+        weights = None
         if self.self_attention is not None:
             h = self.attention_block.sublayer_input(x)
-            x = self.attention_block(x, self.self_attention(h, None, src_mask)[0])
+            attended, weights = self.self_attention(h, None, src_mask, need_weights)
+            x = self.attention_block(x, attended)
         if self.feed_forward is not None:
             h = self.feed_forward_block.sublayer_input(x)
             x = self.feed_forward_block(x, self.feed_forward(h))
-        return x
+        return x, weights
 
 
 LayerWeights = dict[str, Tensor | None]  # a decoder layer's weights by site: decoder_self, cross
@@ -343,12 +348,18 @@ class Transformer(nn.Module):
         for layer in [*self.encoder_layers, *self.decoder_layers]:
             layer.compile(dynamic=True)
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (B, S) -> memory (B, S, d) and the source padding mask (B, 1, 1, S)."""
+    def encode(
+        self, src: Tensor, weights: list[Tensor | None] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d) and the source padding mask (B, 1, 1, S). Given a
+        list `weights`, each layer's self-attention weights (B, h, S, S) are appended to it
+        (None for a layer that skips it)."""
         src_mask = (src != self.pad_id)[:, None, None, :]
         x = self.src_embedding(src)
         for layer in self.encoder_layers:
-            x = layer(x, src_mask)
+            x, layer_weights = layer(x, src_mask, weights is not None)
+            if weights is not None:
+                weights.append(layer_weights)
         return self.encoder_norm(x), src_mask
 
     def decode(
