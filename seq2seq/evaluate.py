@@ -36,6 +36,7 @@ from seq2seq.data.corpus import (
     SplitPaths,
     ensure_available,
     normalize,
+    phrase_lists,
     read_parallel,
     split_paths,
 )
@@ -167,10 +168,9 @@ def evaluate_checkpoint(
     for name, split in files.items():
         sources, references = read_parallel(split)
         forced = prefixes and aligned_file(prefixes, len(sources), "prefixes")
-        phrases = constraints and [
-            line.split("\t") if line else []
-            for line in aligned_file(constraints, len(sources), "constraints")
-        ]
+        phrases = constraints and phrase_lists(
+            aligned_file(constraints, len(sources), "constraints"), str(constraints), 1
+        )
         start = time.perf_counter()
         hypotheses = translator.translate(sources, str(split.src), 1, forced, phrases)
         seconds = time.perf_counter() - start

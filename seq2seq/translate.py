@@ -24,6 +24,7 @@ from typing import BinaryIO, TextIO
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import TranslateConfig
+from seq2seq.data.corpus import phrase_lists
 from seq2seq.decoding.translator import Translation, Translator, default_device
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_path
@@ -108,19 +109,6 @@ def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> 
             "per input line (an empty line for none)"
         )
     return lines
-
-
-def phrase_lists(lines: list[str], where: str, first: int) -> list[list[str]]:
-    """Each line's tab-separated phrases; an empty one (two tabs in a row, or one at an end)
-    is refused."""
-    lists = [line.split("\t") if line else [] for line in lines]
-    for number, phrases in enumerate(lists, start=first):
-        if any(not phrase.strip() for phrase in phrases):
-            raise DataError(
-                f"{where}, line {number}: an empty phrase (two tabs in a row, or one at an "
-                "end); separate the phrases by single tabs"
-            )
-    return lists
 
 
 def check_ended(file: BinaryIO | None, where: str, lines: int) -> None:

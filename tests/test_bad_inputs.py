@@ -227,6 +227,36 @@ def test_translate_starts_each_output_with_its_prefix_and_refuses_misaligned_pre
     assert "DOG" in outputs[0] and "CAT" in outputs[2] and "RUNS" in outputs[2]
 
 
+def test_evaluate_takes_prefix_and_constraint_files_and_names_its_files_after_them(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """Files aligned with the (one) test set: the scores go to files tagged with their
+    digests, with the share of phrases met; a file of another length or with an empty phrase
+    is refused, naming it (and the line)."""
+    terms, prefixes = tmp_path / "terms.txt", tmp_path / "prefixes.txt"
+    terms.write_text("DOG\n" + "\n" * 28 + "CAT\tRUNS\n")  # the toy test set: 30 lines
+    prefixes.write_text("THE\n" * 30)
+    args = [f"ckpt_path={checkpoint}", "decoding.beam_size=16"]  # room for the phrases
+    result = run("evaluate", tmp_path, *args, f"constraints={terms}", f"prefixes={prefixes}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    [scores] = checkpoint.parent.glob(
+        f"{checkpoint.stem}.test.beam16-lp1+prefix-*+constraints-*.scores.json"
+    )
+    test = json.loads(scores.read_text())["test_sets"]["test"]
+    assert test["constraints_met"] == 1.0
+    assert all(h.startswith("THE") for h in Path(test["hypotheses"]).read_text().splitlines())
+
+    terms.write_text("DOG\n")
+    assert_fails(
+        run("evaluate", tmp_path, *args, f"constraints={terms}"), "has 1 lines and the test set 30"
+    )
+    terms.write_text("DOG\n\nCAT\t\tRUNS\n" + "\n" * 27)
+    assert_fails(
+        run("evaluate", tmp_path, *args, f"constraints={terms}"),
+        f"{terms}, line 3: an empty phrase (two tabs in a row",
+    )
+
+
 def test_an_ensemble_decodes_as_one_model_and_needs_one_vocabulary_of_checkpoints(
     checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -53,6 +53,20 @@ class SplitPaths:
         return str(self.src) if self.tsv else f"{self.src} and {self.tgt}"
 
 
+def phrase_lists(lines: list[str], where: str, first: int) -> list[list[str]]:
+    """Each line's tab-separated phrases (a constraints file: translate's and evaluate's
+    `constraints=`), `first` the number of the first line; an empty one (two tabs in a row,
+    or one at an end) is refused, naming `where` and the line."""
+    lists = [line.split("\t") if line else [] for line in lines]
+    for number, phrases in enumerate(lists, start=first):
+        if any(not phrase.strip() for phrase in phrases):
+            raise DataError(
+                f"{where}, line {number}: an empty phrase (two tabs in a row, or one at an "
+                "end); separate the phrases by single tabs"
+            )
+    return lists
+
+
 def split_paths(data: DataConfig, name: str) -> SplitPaths:
     files = data.splits[name]
     root = Path(data.dir)

@@ -383,9 +383,7 @@ class CTranslate2Backend:
         longest = source_batch([max(ids, key=len)])
         limit = int(output_limits(longest, decoding, self.max_len)[0])
         limit = max(limit, *(len(r.prefix) for r in requests))
-        prefixes = None
-        if any(r.prefix for r in requests):
-            prefixes = [[tgt.id_to_piece(i) for i in r.prefix] for r in requests]
+        prefixes = [[tgt.id_to_piece(i) for i in r.prefix] for r in requests] if prefixed else None
         # CTranslate2 returns at most beam_size hypotheses, also when sampling: there each
         # source goes in nbest times, one sample per copy
         copies = decoding.nbest if decoding.search == "sample" else 1
