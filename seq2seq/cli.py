@@ -51,9 +51,10 @@ def in_sweep() -> bool:
 
 
 def entrypoint(
-    config_name: str, schema: type = RootConfig
+    config_name: str, schema: type = RootConfig, before_start: Callable[[], None] | None = None
 ) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
     """Turn `task(config)` into a Hydra command whose user errors print one message, exit 1.
+    `before_start` runs before Hydra composes or writes anything (it may replace the process).
 
     In a sweep (`-m`) a failed run is recorded in its directory (failed.txt) and the sweep goes
     on with the others; Hydra reports the failure when all have run."""
@@ -86,6 +87,8 @@ def entrypoint(
         @functools.wraps(task)
         def main() -> None:
             try:
+                if before_start is not None:
+                    before_start()
                 check_launcher(sys.argv[1:])
             except ConfigError as e:
                 print(f"error: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ import importlib
 import inspect
 import json
 import logging
+import os
 import shlex
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger
 
+from seq2seq.allocator import allocator_description, allocator_in_use, restart_under_tcmalloc
 from seq2seq.cli import entrypoint, in_sweep
 from seq2seq.concurrency import RunDirectory, thread_budget
 from seq2seq.config import RootConfig, config_to_dict
@@ -256,6 +258,8 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     data.tokenizer.save(run_dir / "tokenizer")
     precision = resolve_precision(config.trainer)
     log.info("%s", precision)
+    allocator = allocator_in_use()
+    log.info("memory allocator: %s", allocator_description(allocator, os.environ))
     trainer, best = build_trainer(config, run_dir, logger, precision.precision)
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
@@ -278,6 +282,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "seed": config.seed,
         "parameters": total,
         "precision": str(trainer.precision),
+        "allocator": allocator,
         "train_seconds": round(seconds, 1),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
@@ -312,7 +317,7 @@ def check_launcher_fits(config: RootConfig) -> None:
         )
 
 
-@entrypoint(config_name="train")
+@entrypoint(config_name="train", before_start=restart_under_tcmalloc)
 def main(config: RootConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     check_launcher_fits(config)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from helpers import SHARED_DATA, compose_config, toy_corpus, write_lines
 
 from seq2seq.config import RootConfig
+
+# the commands tests start keep the system allocator: seq2seq-train would otherwise start itself
+# again under tcmalloc where it is installed (seq2seq.allocator; tests/test_allocator.py)
+os.environ.setdefault("SEQ2SEQ_ALLOCATOR", "system")
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,15 @@ SHARED_DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" 
 SPECIAL_IDS = {"pad_id": Tokenizer.pad_id, "bos_id": Tokenizer.bos_id, "eos_id": Tokenizer.eos_id}
 
 
-def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
-    """`python -m seq2seq.<module> <overrides>` in `cwd`, output captured."""
+def run(
+    module: str,
+    cwd: Path,
+    *overrides: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+):
+    """`python -m seq2seq.<module> <overrides>` in `cwd`, output captured; `env` is added to
+    this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", f"seq2seq.{module}", *overrides],
         cwd=cwd,
@@ -40,6 +47,7 @@ def run(module: str, cwd: Path, *overrides: str, stdin: str | None = None):
         capture_output=True,
         text=True,
         timeout=600,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

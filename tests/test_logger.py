@@ -76,7 +76,7 @@ def test_a_run_with_logger_none_keeps_metrics_csv_and_the_learning_curve(
         *toy_overrides(toy_files, tmp_path / "cache"),
         "model=transformer_tiny",
         "logger=none",
-        "trainer.max_epochs=1",
+        "trainer.max_epochs=2",
         "trainer.limit_train_batches=4",
         "trainer.log_every_n_steps=1",
         "average_last=0",
@@ -88,6 +88,14 @@ def test_a_run_with_logger_none_keeps_metrics_csv_and_the_learning_curve(
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert any(row.get("train/loss") for row in rows) and any(row.get("val/bleu") for row in rows)
+    # one training rate per epoch, in metrics.csv and in the log
+    epoch_rates = [float(row["train/epoch_tok_s"]) for row in rows if row.get("train/epoch_tok_s")]
+    assert len(epoch_rates) == 2 and all(rate > 0 for rate in epoch_rates)
+    log_lines = (run_dir / "train.log").read_text().splitlines()
+    assert [line.split(" - ")[-1].split(":")[0] for line in log_lines if "tokens/s in" in line] == [
+        "epoch 0",
+        "epoch 1",
+    ]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (run_dir / "tensorboard").exists()
 

@@ -32,6 +32,7 @@ class TranslationModule(pl.LightningModule):
         self.model = Transformer.for_vocabulary(config.model, tokenizer)
         self._hypotheses: dict[int, str] = {}
         self._last_step_end: float | None = None
+        self._epoch_tokens, self._epoch_seconds = 0, 0.0  # timed steps of this epoch
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
 
@@ -54,12 +55,16 @@ class TranslationModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
         now = time.perf_counter()
         if self._last_step_end is not None:  # wall time per step, data loading included
-            self.log("train/tok_s", tokens / (now - self._last_step_end), prog_bar=True)
+            seconds = now - self._last_step_end
+            self.log("train/tok_s", tokens / seconds, prog_bar=True)
+            self._epoch_tokens += tokens
+            self._epoch_seconds += seconds
         self._last_step_end = now
         return loss
 
     def on_train_epoch_start(self) -> None:
         self._last_step_end = None  # the validation pause is not training time
+        self._epoch_tokens, self._epoch_seconds = 0, 0.0
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         loss, tokens = self.loss(batch)
@@ -146,6 +151,10 @@ class TranslationModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         self.skipped_steps()  # the epoch's skipped updates, logged
+        if self._epoch_seconds > 0:  # the epoch's rate: steady where one step's is not
+            rate = self._epoch_tokens / self._epoch_seconds
+            self.log("train/epoch_tok_s", rate)
+            log.info("epoch %d: %.0f target tokens/s in training", self.current_epoch, rate)
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.config.optim
