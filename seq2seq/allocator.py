@@ -1,12 +1,13 @@
 """The memory allocator of a training process: tcmalloc where the machine has it.
 
 Token-budget batches change shape every step, and glibc's malloc fragments under them: a
-training process's resident memory grows from 3 to 4.5 GB over five epochs and its steps slow
-by about 10%, while under tcmalloc it stays at 1.5 GB and trains 1.2-1.4x faster
-(docs/performance.md). The allocator is fixed when a process starts, so `seq2seq-train`
-starts itself again with tcmalloc preloaded (LD_PRELOAD), as torch.backends.xeon.run_cpu
-does. That is why the choice is an environment variable, read before any config is:
-SEQ2SEQ_ALLOCATOR=auto (tcmalloc when found, the default), tcmalloc (required) or system.
+training process keeps growing (3.0 to 3.6 GB in four epochs, 4.5 GB by the sixth) and each
+epoch trains slower than the one before; under tcmalloc it holds 1.5 GB and a steady rate,
+1.11-1.22x glibc's in the first four epochs and 1.31x over a 60-minute run
+(docs/performance.md). The allocator is fixed when a process starts, so `seq2seq-train` starts
+itself again with tcmalloc preloaded (LD_PRELOAD), as torch.backends.xeon.run_cpu does. That is
+why the choice is an environment variable, read before any config is: SEQ2SEQ_ALLOCATOR=auto
+(tcmalloc when found, the default), tcmalloc (required) or system.
 """
 
 from __future__ import annotations
@@ -51,11 +52,17 @@ def allocator_in_use() -> str:
     return "system"
 
 
-def allocator_description(in_use: str, environ: Mapping[str, str]) -> str:
-    """The allocator for the training log, with the way to tcmalloc where it is missing."""
-    if in_use == "system" and environ.get(VARIABLE, "auto") == "auto":
+def allocator_description(in_use: str, environ: Mapping[str, str], library: str | None) -> str:
+    """The allocator for the training log; under the system's, why, and how to get tcmalloc."""
+    linux = sys.platform.startswith("linux")
+    if in_use != "system" or environ.get(VARIABLE, "auto") == "system" or not linux:
+        return in_use
+    if library is None:
         return f"system (no tcmalloc found: training runs faster with it; {INSTALL_HINT})"
-    return in_use
+    return (
+        f"system (tcmalloc, {library}, is preloaded when seq2seq-train or python -m "
+        "seq2seq.train starts the process, not when a Python session calls main())"
+    )
 
 
 def restart_command(
@@ -83,10 +90,20 @@ def restart_command(
     return [sys.executable, *argv[1:]], {**environ, "LD_PRELOAD": ":".join([library, *preload])}
 
 
+def started_as_command() -> bool:
+    """Whether this process was started as a seq2seq command (`python -m seq2seq.<command>` or
+    `seq2seq-<command>`), rather than a Python session that called a command's main(): a
+    notebook or test run is never replaced."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("seq2seq."):
+        return True
+    return Path(sys.argv[0]).name.startswith("seq2seq-")
+
+
 def restart_under_tcmalloc() -> None:
     """Replace this process by the same command under tcmalloc, when SEQ2SEQ_ALLOCATOR and the
     machine allow (Linux only). Call it before anything is written: nothing runs twice."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not started_as_command():
         return
     restart = restart_command(os.environ, allocator_in_use(), find_tcmalloc(), sys.orig_argv)
     if restart is not None:

@@ -26,7 +26,12 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from seq2seq.allocator import allocator_description, allocator_in_use, restart_under_tcmalloc
+from seq2seq.allocator import (
+    allocator_description,
+    allocator_in_use,
+    find_tcmalloc,
+    restart_under_tcmalloc,
+)
 from seq2seq.cli import entrypoint, in_sweep
 from seq2seq.concurrency import RunDirectory, thread_budget
 from seq2seq.config import RootConfig, config_to_dict
@@ -259,7 +264,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     precision = resolve_precision(config.trainer)
     log.info("%s", precision)
     allocator = allocator_in_use()
-    log.info("memory allocator: %s", allocator_description(allocator, os.environ))
+    log.info("memory allocator: %s", allocator_description(allocator, os.environ, find_tcmalloc()))
     trainer, best = build_trainer(config, run_dir, logger, precision.precision)
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)

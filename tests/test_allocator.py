@@ -4,13 +4,21 @@ errors of SEQ2SEQ_ALLOCATOR."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import run, toy_overrides
 
-from seq2seq.allocator import VARIABLE, find_tcmalloc, restart_command
+from seq2seq.allocator import (
+    VARIABLE,
+    allocator_description,
+    find_tcmalloc,
+    restart_command,
+    restart_under_tcmalloc,
+)
 from seq2seq.errors import ConfigError
 
 ARGV = ["python", "-m", "seq2seq.train", "seed=1"]
@@ -51,6 +59,14 @@ def test_a_required_tcmalloc_that_is_missing_or_refused_says_how_to_get_it() -> 
         restart_command({VARIABLE: "tcmalloc", "LD_PRELOAD": LIBRARY}, "system", LIBRARY, ARGV)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tcmalloc is preloaded on Linux")
+def test_the_log_says_why_a_run_trains_under_the_system_allocator() -> None:
+    assert allocator_description("tcmalloc", {}, LIBRARY) == "tcmalloc"
+    assert allocator_description("system", {VARIABLE: "system"}, LIBRARY) == "system"
+    assert "apt install libtcmalloc-minimal4" in allocator_description("system", {}, None)
+    assert "not when a Python session calls main()" in allocator_description("system", {}, LIBRARY)
+
+
 def test_an_unknown_choice_is_refused_before_hydra_starts(tmp_path: Path) -> None:
     result = run("train", tmp_path, "seed=1", env={VARIABLE: "tcmaloc"})
     assert result.returncode == 1
@@ -60,31 +76,55 @@ def test_an_unknown_choice_is_refused_before_hydra_starts(tmp_path: Path) -> Non
     assert not (tmp_path / "outputs").exists()  # nothing written
 
 
-@pytest.mark.skipif(
+TCMALLOC = pytest.mark.skipif(
     not sys.platform.startswith("linux") or find_tcmalloc() is None,
     reason="tcmalloc is not installed (apt install libtcmalloc-minimal4)",
 )
-@pytest.mark.parametrize("choice", ["auto", "system"])
+
+
+@TCMALLOC
+@pytest.mark.parametrize(
+    ("command", "choice", "expected"),
+    [
+        ("python -m seq2seq.train", "auto", "tcmalloc"),
+        ("seq2seq-train", "auto", "tcmalloc"),
+        ("python -m seq2seq.train", "system", "system"),
+    ],
+)
 def test_a_run_trains_under_the_allocator_chosen(
-    choice: str, toy_files: Path, tmp_path: Path
+    command: str, choice: str, expected: str, toy_files: Path, tmp_path: Path
 ) -> None:
-    result = run(
-        "train",
-        tmp_path,
-        *toy_overrides(toy_files, tmp_path / "cache"),
-        "model=transformer_tiny",
-        "trainer.max_epochs=1",
-        "trainer.limit_train_batches=2",
-        "average_last=0",
-        "evaluate_after=false",
-        "hydra.run.dir=run",
-        env={VARIABLE: choice},
+    start = [sys.executable, "-m", "seq2seq.train"] if command.startswith("python") else []
+    start = start or [str(Path(sys.executable).with_name("seq2seq-train"))]
+    result = subprocess.run(
+        [
+            *start,
+            *toy_overrides(toy_files, tmp_path / "cache"),
+            "model=transformer_tiny",
+            "trainer.max_epochs=1",
+            "trainer.limit_train_batches=2",
+            "average_last=0",
+            "evaluate_after=false",
+            "hydra.run.dir=run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, VARIABLE: choice},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    expected = "tcmalloc" if choice == "auto" else "system"
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["allocator"] == expected
     log = (tmp_path / "run" / "train.log").read_text()
     assert [line.split(" - ")[-1] for line in log.splitlines() if "memory allocator" in line] == [
         f"memory allocator: {expected}"
     ]
+
+
+@TCMALLOC
+def test_a_python_session_calling_main_is_never_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest here, a notebook for a user: only a process started as the command restarts."""
+    monkeypatch.setenv(VARIABLE, "auto")
+    monkeypatch.setattr(os, "execve", lambda *args: pytest.fail(f"restarted: {args[1]}"))
+    restart_under_tcmalloc()

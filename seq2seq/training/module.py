@@ -154,7 +154,7 @@ class TranslationModule(pl.LightningModule):
         if self._epoch_seconds > 0:  # the epoch's rate: steady where one step's is not
             rate = self._epoch_tokens / self._epoch_seconds
             self.log("train/epoch_tok_s", rate)
-            log.info("epoch %d: %.0f target tokens/s in training", self.current_epoch, rate)
+            log.info("epoch %d: %s target tokens/s in training", self.current_epoch, f"{rate:,.0f}")
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.config.optim
