@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.arguments import parse_with_overrides
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -98,8 +100,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
-    overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args, overrides = parse_with_overrides(parser, argv)
     if args.child:
         print(json.dumps(measure(overrides, args.epochs)))
         return

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench.arguments import parse_with_overrides
 
 HERE = Path(__file__).resolve().parent
 WARMUP = 5
@@ -124,8 +125,7 @@ def main() -> None:
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
-    overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args, overrides = parse_with_overrides(parser, argv)
     if args.child:
         print(json.dumps(measure(overrides, args.steps, args.profile, args.weights)))
         return

@@ -3,11 +3,12 @@
 Token-budget batches change shape every step, and glibc's malloc fragments under them: a
 training process keeps growing (3.0 to 3.6 GB in four epochs, 4.5 GB by the sixth) and each
 epoch trains slower than the one before; under tcmalloc it holds 1.5 GB and a steady rate,
-1.11-1.22x glibc's in the first four epochs and 1.31x over a 60-minute run
-(docs/performance.md). The allocator is fixed when a process starts, so `seq2seq-train` starts
-itself again with tcmalloc preloaded (LD_PRELOAD), as torch.backends.xeon.run_cpu does. That is
-why the choice is an environment variable, read before any config is: SEQ2SEQ_ALLOCATOR=auto
-(tcmalloc when found, the default), tcmalloc (required) or system.
+1.11-1.22x glibc's in the first four epochs and 1.31x over a 60-minute run (AMD EPYC; bf16
+units: avx512_bf16; docs/performance.md). The allocator is fixed when a process starts, so
+`seq2seq-train` starts itself again with tcmalloc preloaded (LD_PRELOAD), as
+torch.backends.xeon.run_cpu does. That is why the choice is an environment variable, read before
+any config is: SEQ2SEQ_ALLOCATOR=auto (tcmalloc when found, the default), tcmalloc (required) or
+system.
 """
 
 from __future__ import annotations
