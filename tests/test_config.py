@@ -101,6 +101,13 @@ def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -
     assert compose_config([f"experiment={preset}", "average_last=7"]).average_last == 7
 
 
+def test_hour_preset_trains_the_whole_hour() -> None:
+    """README's first command ends at trainer.max_time, never by early stopping."""
+    config = compose_config(["experiment=multi30k_cpu_1h_wu2021"])
+    assert config.trainer["max_time"] == "00:01:00:00"
+    assert config.early_stopping_patience >= config.trainer["max_epochs"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
