@@ -37,11 +37,16 @@ def run(
     *overrides: str,
     stdin: str | None = None,
     env: dict[str, str] | None = None,
+    console_script: bool = False,
 ):
     """`python -m seq2seq.<module> <overrides>` in `cwd`, output captured; `env` is added to
-    this process's environment."""
+    this process's environment. `console_script`: start it as `seq2seq-<module>` instead."""
+    if console_script:
+        command = [str(Path(sys.executable).with_name(f"seq2seq-{module}"))]
+    else:
+        command = [sys.executable, "-m", f"seq2seq.{module}"]
     return subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+        [*command, *overrides],
         cwd=cwd,
         input=stdin,
         capture_output=True,

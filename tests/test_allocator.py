@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -94,24 +93,18 @@ TCMALLOC = pytest.mark.skipif(
 def test_a_run_trains_under_the_allocator_chosen(
     command: str, choice: str, expected: str, toy_files: Path, tmp_path: Path
 ) -> None:
-    start = [sys.executable, "-m", "seq2seq.train"] if command.startswith("python") else []
-    start = start or [str(Path(sys.executable).with_name("seq2seq-train"))]
-    result = subprocess.run(
-        [
-            *start,
-            *toy_overrides(toy_files, tmp_path / "cache"),
-            "model=transformer_tiny",
-            "trainer.max_epochs=1",
-            "trainer.limit_train_batches=2",
-            "average_last=0",
-            "evaluate_after=false",
-            "hydra.run.dir=run",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, VARIABLE: choice},
+    result = run(
+        "train",
+        tmp_path,
+        *toy_overrides(toy_files, tmp_path / "cache"),
+        "model=transformer_tiny",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "average_last=0",
+        "evaluate_after=false",
+        "hydra.run.dir=run",
+        env={VARIABLE: choice},
+        console_script=command == "seq2seq-train",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
