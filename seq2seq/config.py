@@ -101,6 +101,7 @@ class DataConfig:
     max_tokens: int
     num_workers: int
     encode_processes: int  # processes that encode a corpus; 0: one per CPU core
+    bpe_dropout: float  # training split segmented anew each epoch, merges dropped at this rate
 
     def check(self) -> None:
         if self.languages is not None:
@@ -148,6 +149,11 @@ class DataConfig:
         )
         require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
         require(self.encode_processes >= 0, "data.encode_processes", "must be >= 0")
+        require(
+            0 <= self.bpe_dropout < 1,
+            "data.bpe_dropout",
+            f"must be in [0, 1) (0: off; Provilkov et al. use 0.1), got {self.bpe_dropout}",
+        )
 
 
 @dataclass
@@ -317,6 +323,19 @@ class RootConfig:
             "optim.decay",
             "linear decays to 0 at the end of the training budget, and this run has none: set "
             "trainer.max_steps or trainer.max_time, or use optim.decay=inverse_sqrt",
+        )
+        require(
+            self.data.bpe_dropout == 0 or self.tokenizer.model_type == "bpe",
+            "data.bpe_dropout",
+            f"drops merges of a BPE model, and tokenizer.model_type is "
+            f"{self.tokenizer.model_type}; use tokenizer.model_type=bpe or data.bpe_dropout=0",
+        )
+        require(
+            self.data.bpe_dropout == 0 or self.data.num_workers == 0,
+            "data.bpe_dropout",
+            "segments the training split in the training process each epoch, which loader "
+            f"workers do not see (data.num_workers={self.data.num_workers}); set "
+            "data.num_workers=0",
         )
         require(
             self.data.filter.max_len < self.model.max_len,
@@ -552,7 +571,12 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     upgraded = {"logger": dict(TENSORBOARD), "threads": None, **saved}
     upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
-    upgraded["data"] = {"encode_processes": 0, "min_train_pairs": 1, **saved["data"]}
+    upgraded["data"] = {
+        "encode_processes": 0,
+        "min_train_pairs": 1,
+        "bpe_dropout": 0.0,
+        **saved["data"],
+    }
     upgraded["optim"] = {"decay": "inverse_sqrt", **saved["optim"]}
     model = saved["model"]
     upgraded["model"] = {

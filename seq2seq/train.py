@@ -79,7 +79,18 @@ def trainer_arguments(config: RootConfig) -> dict:
                 f"config key 'trainer.{key}': not an argument of lightning's Trainer "
                 f"(pytorch_lightning {pl.__version__}); check its spelling"
             )
-    return dict(config.trainer)
+    arguments = dict(config.trainer)
+    if config.data.bpe_dropout > 0:
+        # each epoch's segmentation has its own number of batches, which Lightning counts
+        # only when it makes the loaders
+        reload = arguments.setdefault("reload_dataloaders_every_n_epochs", 1)
+        if reload != 1:
+            raise ConfigError(
+                f"config key 'trainer.reload_dataloaders_every_n_epochs': {reload}, and "
+                "data.bpe_dropout needs the training batches counted anew each epoch; "
+                "remove the key or set it to 1"
+            )
+    return arguments
 
 
 def resume_command(run_dir: Path) -> str:
@@ -242,7 +253,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     logger = build_logger(config, run_dir)  # before any work: a missing package fails early
     torch.set_num_threads(thread_budget(config.threads))
     pl.seed_everything(config.seed, workers=True)
-    data = TranslationDataModule(config)
+    data = TranslationDataModule(config, run_dir)
     data.prepare_data()
     data.setup()
     if ckpt_path is not None:

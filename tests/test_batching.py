@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import pytorch_lightning as pl
 import torch
 from helpers import compose_config, toy_overrides
 from lightning_fabric.utilities.data import _set_sampler_epoch
+from recording import RecordBatches, bare_trainer
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.datamodule import TranslationDataModule
@@ -81,35 +81,11 @@ def test_lightning_sets_the_epoch_on_our_sampler(toy_files: Path, tmp_path: Path
     assert [b.index.tolist() for b in loader] == list(expected)
 
 
-class RecordBatches(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.seen: dict[int, list[list[int]]] = {}
-
-    def training_step(self, batch, batch_idx):
-        self.seen.setdefault(self.current_epoch, []).append(batch.index.tolist())
-        return (self.weight * batch.src.float().mean()).sum()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
 def test_trainer_epochs_follow_the_seeded_order(toy_files: Path, tmp_path: Path) -> None:
     config = compose_config([*toy_overrides(toy_files, tmp_path / "cache"), "data.max_tokens=200"])
     data = TranslationDataModule(config)
     model = RecordBatches()
-    trainer = pl.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        use_distributed_sampler=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = bare_trainer(tmp_path, max_epochs=2, limit_val_batches=0)
     trainer.fit(model, datamodule=data)
     for epoch in (0, 1):
         expected = data.batch_sampler("train", shuffle=True)

@@ -147,7 +147,7 @@ def old_config() -> dict:
     for key in ("nbest", "search", "temperature", "top_k", "top_p", "seed"):
         del config["decoding"][key]  # added since
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
-    del config["data"]["encode_processes"]
+    del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["threads"]
     del config["optim"]["decay"]
     return config
@@ -214,6 +214,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     trained = load_trained(path)
     assert "token_replacement" not in OLD_MODEL_CONFIG
     assert trained.config.model.token_replacement == 0.0  # written before the key existed
+    assert trained.config.data.bpe_dropout == 0.0  # likewise
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     direct = direct_model(old_weights(0))

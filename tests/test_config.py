@@ -126,6 +126,13 @@ def test_hour_preset_trains_the_whole_hour() -> None:
         (["tokenizer.input_sentence_size=-1"], "tokenizer.input_sentence_size", "must be >= 0"),
         (["tokenizer.num_threads=0"], "tokenizer.num_threads", "must be >= 1"),
         (["data.encode_processes=-2"], "data.encode_processes", "must be >= 0"),
+        (["data.bpe_dropout=1.0"], "data.bpe_dropout", "must be in [0, 1)"),
+        (
+            ["data.bpe_dropout=0.1", "tokenizer.model_type=unigram"],
+            "data.bpe_dropout",
+            "use tokenizer.model_type=bpe or data.bpe_dropout=0",
+        ),
+        (["data.bpe_dropout=0.1", "data.num_workers=2"], "data.bpe_dropout", "data.num_workers=0"),
         (["data=parallel_files"], "data.splits.train", "name either two files"),
         (
             ["data=parallel_files", "data.splits.train.src=a", "data.splits.train.tsv=b"],

@@ -17,6 +17,7 @@ from helpers import compose_config, toy_overrides
 
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.dataset import EncodedSplit
 from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.errors import ConfigError
 from seq2seq.training.module import TranslationModule
@@ -61,8 +62,9 @@ def test_too_few_pairs_for_the_processes_is_a_config_error() -> None:
         len(samplers(lengths, 2, max_tokens=6)[0])
 
 
-def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) -> None:
-    overrides = [
+def two_processes(toy_files: Path, tmp_path: Path) -> list[str]:
+    """A tiny model trained by two gloo processes on the toy corpus."""
+    return [
         *toy_overrides(toy_files, tmp_path / "cache"),
         "model=transformer_tiny",
         "data.max_tokens=160",
@@ -70,10 +72,12 @@ def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) 
         "trainer=ddp",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
-        "trainer.max_epochs=2",
         "trainer.num_sanity_val_steps=0",
-        "average_last=2",
     ]
+
+
+def train_in_run_dir(overrides: list[str], tmp_path: Path) -> None:
+    """`seq2seq.train` into tmp_path/run; fails the test on a non-zero exit."""
     result = subprocess.run(
         [sys.executable, "-m", "seq2seq.train", *overrides, "hydra.run.dir=run"],
         cwd=tmp_path,
@@ -82,6 +86,11 @@ def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) 
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) -> None:
+    overrides = [*two_processes(toy_files, tmp_path), "trainer.max_epochs=2", "average_last=2"]
+    train_in_run_dir(overrides, tmp_path)
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["test"]["test"]["bleu"] >= 0
     config = compose_config(overrides)
@@ -119,3 +128,23 @@ def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) 
     )
     assert result["val/bleu"] == pytest.approx(logged[1], abs=1e-6)
     assert float(ranks[0][1][0]) == pytest.approx(logged[1], abs=1e-4)
+
+
+def test_two_processes_train_on_one_bpe_dropout_draw(toy_files: Path, tmp_path: Path) -> None:
+    overrides = [
+        *two_processes(toy_files, tmp_path),
+        "data.bpe_dropout=0.3",
+        "trainer.max_epochs=1",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    train_in_run_dir(overrides, tmp_path)
+    drawn = EncodedSplit.load(tmp_path / "run" / "bpe_dropout" / "epoch00000")
+    seed = compose_config(overrides).seed
+    shard = TokenBudgetBatchSampler(drawn.src_lens, drawn.tgt_lens, 160, True, seed, 2, 0)
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == len(shard)  # both processes cut the saved draw's batches
+    data = TranslationDataModule(compose_config(overrides))
+    data.setup()
+    split = data.prepared.splits["train"]
+    assert drawn.tgt_lens.sum() > split.tgt_lens.sum()  # a draw, not the cached encoding

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,6 +41,14 @@ from seq2seq.train import main
 main()
 """
 
+# Runs the train entry point keeping every epoch's BPE-dropout draw (it keeps the latest only)
+KEEP_EVERY_DRAW = """
+from seq2seq.data.subword_sampling import BPEDropoutSplit
+BPEDropoutSplit._remove_before = lambda self, epoch: None
+from seq2seq.train import main
+main()
+"""
+
 
 def tiny_overrides(toy_files: Path, cache: Path) -> list[str]:
     """A tiny model with dropout on the toy corpus: about 15 steps per epoch."""
@@ -56,12 +67,18 @@ def tiny_overrides(toy_files: Path, cache: Path) -> list[str]:
     ]
 
 
-def train_cli(cwd: Path, *args: str, signal_at: tuple[str, int] | None = None):
+def train_cli(
+    cwd: Path, *args: str, signal_at: tuple[str, int] | None = None, keep_draws: bool = False
+):
     command = [sys.executable, "-m", "seq2seq.train"]
     if signal_at is not None:
         script = cwd / "signal_at_step.py"
         script.write_text(SIGNAL_AT_STEP)
         command = [sys.executable, str(script), signal_at[0], str(signal_at[1])]
+    elif keep_draws:
+        script = cwd / "keep_every_draw.py"
+        script.write_text(KEEP_EVERY_DRAW)
+        command = [sys.executable, str(script)]
     return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -73,19 +90,24 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
     return {step: (loss[step], lr[step]) for step in loss}
 
 
+@pytest.mark.parametrize("extra", [[], ["data.bpe_dropout=0.1"]], ids=["cached", "bpe_dropout"])
 def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
-    toy_files: Path, tmp_path: Path
+    extra: list[str], toy_files: Path, tmp_path: Path
 ) -> None:
-    base = [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=3"]
-    full = train_cli(tmp_path, *base, "hydra.run.dir=full")
+    base = [*tiny_overrides(toy_files, tmp_path / "cache"), "trainer.max_epochs=3", *extra]
+    full = train_cli(tmp_path, *base, "hydra.run.dir=full", keep_draws=True)
     assert full.returncode == 0, full.stderr[-3000:]
-    steps_per_epoch = read_checkpoint(tmp_path / "full/checkpoints/last.ckpt")["global_step"] // 3
+    if (tmp_path / "full" / "bpe_dropout").is_dir():  # the same draws for the killed run
+        shutil.copytree(tmp_path / "full" / "bpe_dropout", tmp_path / "killed" / "bpe_dropout")
+    rows = read_metrics(metrics_files(tmp_path / "full"))
+    steps_per_epoch = Counter(int(r["epoch"]) for r in rows if r.get("train/loss"))
+    epoch_ends = set(itertools.accumulate(steps_per_epoch[e] for e in sorted(steps_per_epoch)))
 
     every = ["checkpoint_every_n_steps=4", "hydra.run.dir=killed"]
     killed = train_cli(tmp_path, *base, *every, signal_at=("SIGKILL", 22))
     assert killed.returncode == -signal.SIGKILL
     last = read_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")
-    assert last["global_step"] == 20 and 20 % steps_per_epoch != 0  # mid-epoch
+    assert last["global_step"] == 20 and 20 not in epoch_ends  # mid-epoch
     assert not list((tmp_path / "killed/checkpoints").glob("*.part"))
 
     resumed = train_cli(tmp_path, *base, *every, "ckpt_path=auto")
@@ -93,7 +115,7 @@ def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
     assert "ckpt_path=auto: resuming from" in resumed.stdout + resumed.stderr
     expected, got = losses(tmp_path / "full"), losses(tmp_path / "killed")
     assert sorted(got) == sorted(expected)  # every step once: none lost, none repeated
-    assert len(got) == 3 * steps_per_epoch
+    assert len(got) == sum(steps_per_epoch.values()) and len(steps_per_epoch) == 3
     for step in sorted(expected):  # up to the kill from metrics.1.csv, then the resumed run's
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
     final = read_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")

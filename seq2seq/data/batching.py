@@ -11,7 +11,7 @@ middle of an epoch resumes with the next batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -184,6 +184,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     sampler's (seed, epoch); without, batches come in length order (evaluation). With
     `num_replicas` > 1 this process (`rank`) gets every num_replicas-th batch of the epoch.
     Only this process's batches of the current epoch are kept, as a BatchList.
+    `lengths_of_epoch`, where pairs change length from epoch to epoch (BPE-dropout), gives
+    each epoch's lengths in place of `src_lens` and `tgt_lens` when its batches are drawn.
     """
 
     def __init__(
@@ -195,17 +197,22 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        lengths_of_epoch: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
-        # +1: EOS on the source; BOS (input) or EOS (output) on the target. int32: half the
-        # memory of the int64 lengths, and no sentence has 2**31 tokens
-        self.src_size = np.asarray(src_lens).astype(np.int32) + 1
-        self.tgt_size = np.asarray(tgt_lens).astype(np.int32) + 1
-        self.size = np.maximum(self.src_size, self.tgt_size)
+        self._set_lengths(src_lens, tgt_lens)
+        self.lengths_of_epoch = lengths_of_epoch
         self.max_tokens, self.shuffle = max_tokens, shuffle
         self.num_replicas, self.rank = num_replicas, rank
         self.sampler = EpochSeededSampler(len(self.size), seed)
         self._cache: tuple[int, BatchList] | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, batches already served)
+
+    def _set_lengths(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> None:
+        # +1: EOS on the source; BOS (input) or EOS (output) on the target. int32: half the
+        # memory of the int64 lengths, and no sentence has 2**31 tokens
+        self.src_size = np.asarray(src_lens).astype(np.int32) + 1
+        self.tgt_size = np.asarray(tgt_lens).astype(np.int32) + 1
+        self.size = np.maximum(self.src_size, self.tgt_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
@@ -230,6 +237,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             )
             chosen = np.arange(len(offsets) - 1, dtype=np.int64)
         else:
+            if self.lengths_of_epoch is not None:
+                self._set_lengths(*self.lengths_of_epoch(self.epoch))
             rng = self.sampler.generator()
             perm = rng.permutation(len(self.size))
             order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]

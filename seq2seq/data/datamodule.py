@@ -24,6 +24,7 @@ from seq2seq.data.corpus import (
     side_lines,
 )
 from seq2seq.data.dataset import EncodedSplit, FilterCounts, load_or_encode
+from seq2seq.data.subword_sampling import BPEDropoutSplit
 from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
@@ -150,13 +151,16 @@ def prepare(config: RootConfig) -> PreparedData:
 
 
 class TranslationDataModule(pl.LightningDataModule):
-    """Token-budget batches of the training and validation splits."""
+    """Token-budget batches of the training and validation splits. `run_dir`: the training
+    run's directory, where BPE-dropout keeps each epoch's segmentation for a resume."""
 
-    def __init__(self, config: RootConfig) -> None:
+    def __init__(self, config: RootConfig, run_dir: Path | None = None) -> None:
         super().__init__()
         self.config = config
+        self.run_dir = run_dir  # where each epoch's BPE-dropout draw is kept for a resume
         self.prepared: PreparedData | None = None
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
+        self._bpe_dropout: BPEDropoutSplit | None = None
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
@@ -212,26 +216,51 @@ class TranslationDataModule(pl.LightningDataModule):
         """Raw target lines of the split's pairs in dataset order: what BLEU is computed on."""
         return self.raw_pairs(split)[1]
 
+    def dataset(self, split: str, shuffle: bool) -> EncodedSplit | BPEDropoutSplit:
+        """What a loader of `split` serves: the cached encoding, or for training under
+        data.bpe_dropout > 0 the split segmented anew each epoch."""
+        assert self.prepared is not None, "call setup() first"
+        encoded = self.prepared.splits[split]
+        dropout = self.config.data.bpe_dropout
+        if not shuffle or dropout == 0:
+            return encoded
+        if self._bpe_dropout is None:
+            sources, targets = read_parallel(self.prepared.files[split])
+            self._bpe_dropout = BPEDropoutSplit(
+                encoded,
+                [normalize(sources[i]) for i in encoded.line],
+                [normalize(targets[i]) for i in encoded.line],
+                self.tokenizer,
+                dropout,
+                self.config.seed,
+                self.config.data.filter.max_len,
+                self.run_dir / "bpe_dropout" if self.run_dir is not None else None,
+                thread_budget(self.config.threads),
+            )
+        return self._bpe_dropout
+
     def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
         """The training and validation batches are shared among the trainer's processes."""
-        assert self.prepared is not None, "call setup() first"
-        dataset = self.prepared.splits[split]
+        dataset = self.dataset(split, shuffle)
         trainer = self.trainer
-        return TokenBudgetBatchSampler(
-            dataset.src_lens,
-            dataset.tgt_lens,
+        sampler = TokenBudgetBatchSampler(
+            self.prepared.splits[split].src_lens,
+            self.prepared.splits[split].tgt_lens,
             self.config.data.max_tokens,
             shuffle=shuffle,
             seed=self.config.seed,
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
+            lengths_of_epoch=dataset.lengths if isinstance(dataset, BPEDropoutSplit) else None,
         )
+        if trainer is not None:  # its length is then the epoch's, when Lightning asks
+            sampler.set_epoch(trainer.current_epoch)
+        return sampler
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        assert self.prepared is not None, "call setup() first"
         loader = ResumableLoader if shuffle else DataLoader
         return loader(
-            self.prepared.splits[split],
+            self.dataset(split, shuffle),
             batch_sampler=self.batch_sampler(split, shuffle),
             collate_fn=collate,
             num_workers=self.config.data.num_workers,

@@ -98,6 +98,13 @@ class EncodedSplit(torch.utils.data.Dataset):
         self.src_lens = np.minimum(self.src_lens, max_len)
         self.tgt_lens = np.minimum(self.tgt_lens, max_len)
 
+    def save(self, directory: Path) -> None:
+        """Write the arrays and counts into `directory`, as `load` reads them."""
+        dtypes = dict.fromkeys(TOKEN_ARRAYS, np.int32) | dict.fromkeys(INDEX_ARRAYS, np.int64)
+        for name, dtype in dtypes.items():
+            np.save(directory / f"{name}.npy", np.asarray(getattr(self, name), dtype=dtype))
+        (directory / "counts.json").write_text(json.dumps(asdict(self.counts)))
+
     @classmethod
     def load(cls, directory: Path) -> EncodedSplit:
         """Map the arrays of `directory` read-only; the counts come from counts.json."""
