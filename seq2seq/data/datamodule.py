@@ -235,7 +235,6 @@ class TranslationDataModule(pl.LightningDataModule):
                 self.config.seed,
                 self.config.data.filter.max_len,
                 self.run_dir / "bpe_dropout" if self.run_dir is not None else None,
-                thread_budget(self.config.threads),
             )
         return self._bpe_dropout
 

@@ -40,12 +40,11 @@ class BPEDropoutSplit(torch.utils.data.Dataset):
         seed: int,
         max_len: int,
         directory: Path | None = None,
-        num_threads: int = 1,
     ) -> None:
         assert len(sources) == len(targets) == len(split), "one line per pair of the split"
         self.split, self.sources, self.targets = split, sources, targets
         self.tokenizer, self.dropout, self.seed, self.max_len = tokenizer, dropout, seed, max_len
-        self.directory, self.num_threads = directory, num_threads
+        self.directory = directory
         self.epoch: int | None = None
         self.sampled = split
 
@@ -102,7 +101,7 @@ class BPEDropoutSplit(torch.utils.data.Dataset):
         """One side's sampled ids, flat, and their offsets (as EncodedSplit holds them)."""
         sample = self.tokenizer.sample_src if side == 0 else self.tokenizer.sample_tgt
         seed = int(np.random.SeedSequence([self.seed, epoch, side]).generate_state(1)[0])
-        segmented = sample(lines, self.dropout, seed, self.num_threads)
+        segmented = sample(lines, self.dropout, seed)
         for k, sampled in enumerate(segmented):
             if len(sampled) > self.max_len:  # too long for training: the cached ids
                 segmented[k] = ids[offsets[k] : offsets[k + 1]].tolist()

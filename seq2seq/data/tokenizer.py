@@ -77,17 +77,13 @@ class Tokenizer:
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         return self.tgt.decode(ids)
 
-    def sample_src(
-        self, lines: list[str], dropout: float, seed: int, num_threads: int
-    ) -> list[list[int]]:
+    def sample_src(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
         """A BPE-dropout segmentation of each line: ids that decode to the same text, each
         merge skipped with probability `dropout` (see sample_segmentations)."""
-        return sample_segmentations(self.src, lines, dropout, seed, num_threads)
+        return sample_segmentations(self.src, lines, dropout, seed)
 
-    def sample_tgt(
-        self, lines: list[str], dropout: float, seed: int, num_threads: int
-    ) -> list[list[int]]:
-        return sample_segmentations(self.tgt, lines, dropout, seed, num_threads)
+    def sample_tgt(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
+        return sample_segmentations(self.tgt, lines, dropout, seed)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -100,16 +96,17 @@ class Tokenizer:
 
 
 def sample_segmentations(
-    model: spm.SentencePieceProcessor, lines: list[str], dropout: float, seed: int, num_threads: int
+    model: spm.SentencePieceProcessor, lines: list[str], dropout: float, seed: int
 ) -> list[list[int]]:
     """SentencePiece's subword sampling (for a BPE model, BPE-dropout with `alpha` = dropout).
 
     Each encoding thread's generator starts from SentencePiece's process-wide seed, which is
     set here: unseeded, every call after a tokenizer training (which sets it) would draw the
-    same. The draw also depends on the process, so no seed replays it in another (tested).
+    same. One thread: several would each start from that seed and repeat each other's draws.
+    The draw also depends on the process, so no seed replays it in another (tested).
     """
     spm.set_random_generator_seed(seed)
-    return model.encode(lines, enable_sampling=True, alpha=dropout, num_threads=num_threads)
+    return model.encode(lines, enable_sampling=True, alpha=dropout, num_threads=1)
 
 
 def sample_sentences(sentences: Iterable[str], size: int, seed: int) -> list[str]:
