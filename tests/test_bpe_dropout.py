@@ -3,6 +3,7 @@ directory and read back, served by the loader epoch by epoch, within the filter'
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -86,11 +87,16 @@ def served(module: TranslationDataModule, epoch: int) -> list[tuple[list[int], l
     return [(s.tolist(), t.tolist()) for _, s, t in (dataset[i] for i in range(len(dataset)))]
 
 
-def test_an_epochs_draw_is_saved_and_read_back(toy_files: Path, tmp_path: Path) -> None:
+def test_an_epochs_draw_is_saved_and_read_back(
+    toy_files: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     module = bpe_dropout_module(toy_files, tmp_path)
     epoch_3 = served(module, 3)
     resumed = bpe_dropout_module(toy_files, tmp_path)  # a resumed run, or another process
-    assert served(resumed, 3) == epoch_3
+    with caplog.at_level(logging.INFO, logger="seq2seq.data.subword_sampling"):
+        assert served(resumed, 3) == epoch_3
+    # read, not drawn again: in one process a redraw from the same seed would also be equal
+    assert "epoch 3: segmentation read from" in caplog.text and "drawn" not in caplog.text
     sources, targets = module.raw_pairs("train")
     tokenizer = module.tokenizer
     assert tokenizer.src.decode([s for s, _ in epoch_3]) == [normalize(x) for x in sources]

@@ -144,6 +144,15 @@ def test_two_processes_train_on_one_bpe_dropout_draw(toy_files: Path, tmp_path: 
     shard = TokenBudgetBatchSampler(drawn.src_lens, drawn.tgt_lens, 160, True, seed, 2, 0)
     last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert last["global_step"] == len(shard)  # both processes cut the saved draw's batches
+    logs = [
+        (tmp_path / "run" / name).read_text() for name in ("train.log", "train_ddp_process_1.log")
+    ]
+    told = sorted(
+        "drawn" if "epoch 0: segmentation drawn into" in text else "read"
+        for text in logs
+        if "epoch 0: segmentation" in text
+    )
+    assert told == ["drawn", "read"]  # one process drew the epoch, the other read its draw
     data = TranslationDataModule(compose_config(overrides))
     data.setup()
     split = data.prepared.splits["train"]

@@ -11,6 +11,7 @@ whose sampled encoding is longer than the filter's limit keeps its deterministic
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from seq2seq.concurrency import build_lock
 from seq2seq.data.dataset import EncodedSplit
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.io import atomic_dir
+
+log = logging.getLogger(__name__)
 
 
 class BPEDropoutSplit(torch.utils.data.Dataset):
@@ -71,12 +74,20 @@ class BPEDropoutSplit(torch.utils.data.Dataset):
         if self.directory is None:
             return self._draw(epoch)
         path = self.epoch_path(epoch)
+        drawn = False
         if not (path / "counts.json").exists():
             with build_lock(path):  # data-parallel processes: one draws, the others read
                 if not (path / "counts.json").exists():
                     with atomic_dir(path) as tmp:
                         self._draw(epoch).save(tmp)
                     self._remove_before(epoch)
+                    drawn = True
+        log.info(
+            "BPE-dropout, epoch %d: segmentation %s %s",
+            epoch,
+            "drawn into" if drawn else "read from",
+            path,
+        )
         return EncodedSplit.load(path)
 
     def _remove_before(self, epoch: int) -> None:
