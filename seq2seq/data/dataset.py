@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 CHUNK_PAIRS = 1 << 14  # pairs a process encodes at a time
 TOKEN_ARRAYS = ("src", "tgt")  # int32 ids
 INDEX_ARRAYS = ("src_offsets", "tgt_offsets", "line")  # int64
+ARRAY_DTYPES = dict.fromkeys(TOKEN_ARRAYS, np.int32) | dict.fromkeys(INDEX_ARRAYS, np.int64)
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ class EncodedSplit(torch.utils.data.Dataset):
 
     def save(self, directory: Path) -> None:
         """Write the arrays and counts into `directory`, as `load` reads them."""
-        dtypes = dict.fromkeys(TOKEN_ARRAYS, np.int32) | dict.fromkeys(INDEX_ARRAYS, np.int64)
-        for name, dtype in dtypes.items():
+        for name, dtype in ARRAY_DTYPES.items():
             np.save(directory / f"{name}.npy", np.asarray(getattr(self, name), dtype=dtype))
         (directory / "counts.json").write_text(json.dumps(asdict(self.counts)))
 
@@ -132,8 +132,7 @@ class EncodedSplit(torch.utils.data.Dataset):
         with atomic_dir(directory) as tmp, contextlib.ExitStack() as files:
             streams = {
                 name: _NpyStream(files.enter_context(open(tmp / f"{name}.npy", "wb")), dtype)
-                for names, dtype in ((TOKEN_ARRAYS, np.int32), (INDEX_ARRAYS, np.int64))
-                for name in names
+                for name, dtype in ARRAY_DTYPES.items()
             }
             src_end = tgt_end = 0
             streams["src_offsets"].write(np.zeros(1))
