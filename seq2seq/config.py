@@ -285,6 +285,7 @@ class RootConfig:
     early_stopping_patience: int  # epochs without a better validation BLEU
     evaluate_after: bool  # score the test sets with the final model after training
     compile: bool  # torch.compile the encoder and decoder layers for training
+    cuda_graphs: int  # training forward/backward as CUDA graphs, at most this many shapes (0: off)
     checkpoint_every_n_steps: int  # also refresh last.ckpt every n optimizer steps (0: off)
     on_nonfinite: str  # a step whose loss or gradients are NaN/inf: skip | stop
     logger: dict[str, Any] | None  # a Lightning logger (_target_ + arguments) besides metrics.csv
@@ -311,6 +312,9 @@ class RootConfig:
             "checkpoint_every_n_steps",
             f"must be >= 0, got {self.checkpoint_every_n_steps}",
         )
+        require(self.cuda_graphs >= 0, "cuda_graphs", f"must be >= 0, got {self.cuda_graphs}")
+        if self.cuda_graphs:
+            self.check_cuda_graphs()
         require(
             self.on_nonfinite in ("skip", "stop"),
             "on_nonfinite",
@@ -343,6 +347,32 @@ class RootConfig:
             f"training pairs of up to {self.data.filter.max_len} tokens plus BOS/EOS do not fit "
             f"the model's model.max_len={self.model.max_len} positions; lower the filter or "
             "raise model.max_len",
+        )
+
+    def check_cuda_graphs(self) -> None:
+        """What a graph of the forward and backward cannot follow (seq2seq/training/
+        cuda_graphs.py): gradients summed over several batches (a graph's gradients live in
+        its own memory until the next replay), several processes' gradient hooks, and
+        torch.compile's own graphs."""
+        accumulate = self.trainer.get("accumulate_grad_batches", 1)
+        require(
+            accumulate == 1,
+            "cuda_graphs",
+            f"{self.cuda_graphs} with trainer.accumulate_grad_batches={accumulate}: graphs "
+            "need one batch per update; raise data.max_tokens instead, or set cuda_graphs=0",
+        )
+        devices, nodes = self.trainer.get("devices", 1), self.trainer.get("num_nodes", 1)
+        require(
+            devices == 1 and nodes == 1,
+            "cuda_graphs",
+            f"{self.cuda_graphs} with trainer.devices={devices}, trainer.num_nodes={nodes}: "
+            "graphs train one process on one GPU; set trainer.devices=1 or cuda_graphs=0",
+        )
+        require(
+            not self.compile,
+            "cuda_graphs",
+            f"{self.cuda_graphs} with compile=true, which makes graphs of its own: set "
+            "compile=false or cuda_graphs=0",
         )
 
 
@@ -568,7 +598,7 @@ DECODING_BEFORE_SAMPLING = {
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
-    upgraded = {"logger": dict(TENSORBOARD), "threads": None, **saved}
+    upgraded = {"logger": dict(TENSORBOARD), "threads": None, "cuda_graphs": 0, **saved}
     upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {

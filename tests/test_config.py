@@ -152,6 +152,14 @@ def test_hour_preset_trains_the_whole_hour() -> None:
         ),
         (["model.norm=mid"], "model.norm", "expected one of [pre, post]"),
         (["model.positions=rotary"], "model.positions", "expected one of [sinusoidal, learned]"),
+        (["cuda_graphs=-1"], "cuda_graphs", "must be >= 0"),
+        (
+            ["cuda_graphs=8", "trainer.accumulate_grad_batches=2"],
+            "cuda_graphs",
+            "need one batch per update",
+        ),
+        (["cuda_graphs=8", "trainer.devices=2"], "cuda_graphs", "set trainer.devices=1"),
+        (["cuda_graphs=8", "compile=true"], "cuda_graphs", "set compile=false or cuda_graphs=0"),
     ],
 )
 def test_bad_config_names_the_key(overrides: list[str], key: str, words: str) -> None:

@@ -1,17 +1,31 @@
-"""On a CUDA GPU: `trainer=gpu` training (bf16-mixed), the loss under bf16 autocast, and AdamW
-under mixed precision. Skipped where torch sees no GPU."""
+"""On a CUDA GPU: `trainer=gpu` training (bf16-mixed), the loss under bf16 autocast, AdamW
+under mixed precision, and the training step through CUDA graphs. Skipped where torch sees no
+GPU."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import FP32, config_of, few_pairs_overrides, run, toy_corpus, write_lines
+from helpers import (
+    FP32,
+    config_of,
+    configured_model,
+    few_pairs_overrides,
+    run,
+    toy_corpus,
+    write_lines,
+)
 
 from seq2seq.config import OptimConfig
+from seq2seq.data.batching import Batch
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.loss import label_smoothed_cross_entropy
+from seq2seq.training.cuda_graphs import GraphedLoss
 from seq2seq.training.optim import adamw, clip_gradients, skip_update_if
 
 pytestmark = pytest.mark.skipif(
@@ -96,3 +110,82 @@ def test_a_bf16_step_clips_and_skips_nonfinite_updates_without_a_host_sync() -> 
             torch.cuda.set_sync_debug_mode("default")
         changed = [not torch.equal(old, new) for old, new in zip(before, parameters, strict=True)]
         assert all(changed) if poison is None else not any(changed)
+
+
+def graph_batch(sentences: int, src_len: int, tgt_len: int, vocab: int = 60) -> Batch:
+    """Random ids on the GPU, the first sentence shorter (padding on both sides)."""
+    src = torch.randint(4, vocab, (sentences, src_len), device="cuda")
+    tgt = torch.randint(4, vocab, (sentences, tgt_len + 1), device="cuda")
+    src[0, src_len // 2 :] = PAD_ID
+    tgt[0, tgt_len // 2 :] = PAD_ID
+    tgt_out = tgt[:, 1:].contiguous()
+    index = torch.arange(sentences, device="cuda")
+    return Batch(src, tgt[:, :-1].contiguous(), tgt_out, index, int((tgt_out != PAD_ID).sum()))
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_a_graphed_step_gives_the_eager_steps_loss_and_gradients(dropout: float, bf16: bool):
+    """Each new batch shape is captured, a known one replayed, and every step's loss and
+    gradients are the eager training step's (Transformer.loss selecting the scored
+    positions) from the same seed: dropout masks included, the replay reads the seed."""
+    model = configured_model(vocab=60, dropout=dropout).cuda().train()
+    parameters = list(model.parameters())
+    graphed = GraphedLoss(model, 0.1, max_shapes=8)
+
+    def step(batch: Batch, graph: bool) -> list[torch.Tensor]:
+        torch.manual_seed(11)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            if graph:
+                loss = graphed(batch, lambda: torch.manual_seed(11))
+            else:
+                loss = model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1)
+        loss.backward()
+        values = [loss.detach().clone(), *(p.grad.clone() for p in parameters)]
+        model.zero_grad(set_to_none=True)
+        return values
+
+    tolerance = {"rtol": 2e-2, "atol": 2e-3} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    for shape in [(6, 9, 7), (4, 12, 10), (6, 9, 7)]:  # the third replays the first's graph
+        batch = graph_batch(*shape)
+        eager, replayed = step(batch, graph=False), step(batch, graph=True)
+        for got, want in zip(replayed, eager, strict=True):
+            torch.testing.assert_close(got, want, **tolerance)
+    assert sorted(graphed.graphs) == [(4, 12, 10), (6, 9, 7)]
+
+
+def test_a_graphed_update_does_not_wait_for_the_host() -> None:
+    """Once a shape is captured, its update (replay, backward, clipping, the NaN/inf decision,
+    fused AdamW) runs with CUDA's sync debug mode set to error."""
+    model = configured_model(vocab=60, dropout=0.1).cuda().train()
+    optimizer = adamw(model, config_of("optim/adam_inverse_sqrt", OptimConfig, fused=True))
+    graphed = GraphedLoss(model, 0.1, max_shapes=8)
+    batch = graph_batch(5, 8, 9)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = graphed(batch, lambda: None)  # the capture
+    loss.backward()
+    optimizer.zero_grad(set_to_none=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        torch.manual_seed(3)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = graphed(batch, lambda: None) / batch.tgt_tokens
+        loss.backward()
+        skip_update_if(optimizer, ~clip_gradients(list(model.parameters()), 1.0).isfinite())
+        optimizer.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+
+
+def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: Path) -> None:
+    overrides = [*gpu_training_overrides(tmp_path), "cuda_graphs=8", "model.dropout=0.1"]
+    result = run("train", tmp_path, *overrides)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "cuda_graphs: captured batch shape" in log
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["steps"] == 4 and math.isfinite(summary["train_loss"])

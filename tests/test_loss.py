@@ -67,3 +67,25 @@ def test_bf16_autocast_runs_the_matmuls_in_bf16() -> None:
     assert loss.dtype == torch.float32 and hidden.grad.dtype == torch.float32
     torch.testing.assert_close(loss, expected.detach(), rtol=2e-2, atol=0)
     assert not torch.equal(loss, reference(hidden, weight, target, 0.1))  # not silently fp32
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 8, 512])
+def test_ignored_rows_add_nothing_to_loss_or_gradients(chunk_rows: int) -> None:
+    """Padding left in (static shapes) against padding selected out, and F.cross_entropy's
+    ignore_index: the same loss, the same gradients, and exact zeros on the ignored rows."""
+    hidden, weight, target = inputs()
+    pad = 7
+    target[::3] = pad  # every third row is padding, some in every chunk
+    kept = target != pad
+    loss = label_smoothed_cross_entropy(hidden, weight, target, 0.1, chunk_rows, ignore_index=pad)
+    grads = torch.autograd.grad(2.5 * loss, (hidden, weight))
+    selected = label_smoothed_cross_entropy(hidden[kept], weight, target[kept], 0.1, chunk_rows)
+    expected = F.cross_entropy(
+        hidden @ weight.T, target, ignore_index=pad, label_smoothing=0.1, reduction="sum"
+    )
+    torch.testing.assert_close(loss, selected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-6)
+    expected_grads = torch.autograd.grad(2.5 * expected, (hidden, weight))
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(grads[0][~kept], torch.zeros_like(grads[0][~kept]))

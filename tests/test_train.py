@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
-from helpers import compose_config, config_of, few_pairs_overrides, run, write_lines
+from helpers import (
+    compose_config,
+    config_of,
+    few_pairs_overrides,
+    run,
+    toy_tokenizer,
+    write_lines,
+)
 
 from seq2seq.config import DecodingConfig
 from seq2seq.data.corpus import read_lines
@@ -21,6 +28,7 @@ from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.train import train, trainer_arguments
 from seq2seq.training.checkpoint import average_checkpoints
+from seq2seq.training.module import TranslationModule
 
 PAIRS = 40
 
@@ -80,6 +88,22 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
     scores = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())
     assert scores["test_sets"]["test"]["bleu"] == summary["test"]["test"]["bleu"]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_training_loss_and_rate_are_logged_at_the_loggers_steps_only(overfit_run) -> None:
+    """The module logs them only where Lightning writes its loggers (every
+    trainer.log_every_n_steps = 20 updates): a tensor logged at every step would be read on
+    the host at every step (a wait for a GPU). metrics.csv still has the loss at every such
+    step."""
+    run_dir, _ = overfit_run
+    header, *rows = [line.split(",") for line in (run_dir / "metrics.csv").read_text().split()]
+    column = {name: header.index(name) for name in ("step", "train/loss", "train/tok_s")}
+    steps = [int(row[column["step"]]) for row in rows if row[column["train/loss"]]]
+    last = max(int(row[column["step"]]) for row in rows)
+    assert steps == list(range(19, last + 1, 20))
+    # the rate needs the step before in the same epoch: an epoch's first step has none
+    rates = [float(row[column["train/tok_s"]]) for row in rows if row[column["train/tok_s"]]]
+    assert len(rates) >= len(steps) // 2 and all(rate > 0 for rate in rates)
 
 
 def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> None:
@@ -387,3 +411,6 @@ def test_config_values_that_cannot_work(tmp_path: Path) -> None:
         compose_config(["model.d_model=100", "model.heads=3"])
     with pytest.raises(CheckpointError, match="cannot resume"):
         train(compose_config([f"ckpt_path={tmp_path / 'nope.ckpt'}"]), tmp_path)
+    graphs_on_cpu = TranslationModule(compose_config(["cuda_graphs=4"]), toy_tokenizer(60))
+    with pytest.raises(ConfigError, match="'cuda_graphs': 4, and this run trains on cpu; CUDA"):
+        graphs_on_cpu.on_fit_start()

@@ -95,6 +95,31 @@ def test_loss_is_summed_label_smoothed_cross_entropy_over_non_pad_targets(smooth
     torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-5)
 
 
+def test_static_shape_loss_of_a_padded_batch_equals_the_loss_of_the_unpadded_one() -> None:
+    """What CUDA graphs train on (training/cuda_graphs.py): every position scored, padding
+    weighted 0, and the batch padded further than its longest pair: the same loss and the
+    same gradient of every parameter as the selected positions of the unpadded batch."""
+    model = tiny()
+    src, tgt = batch()
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:].clone()
+    tgt_out[0, 3:] = PAD_ID  # sentence 0 is shorter
+
+    def loss_and_grads(*inputs: torch.Tensor, static: bool) -> tuple[torch.Tensor, ...]:
+        loss = model.loss(*inputs, 0.1, static_shapes=static)
+        return loss, *torch.autograd.grad(loss, list(model.parameters()))
+
+    def pad(x: torch.Tensor, columns: int) -> torch.Tensor:
+        return torch.cat([x, torch.full((x.shape[0], columns), PAD_ID)], dim=1)
+
+    model.eval()  # dropout masks follow the shape: compare without them
+    expected = loss_and_grads(src, tgt_in, tgt_out, static=False)
+    static = loss_and_grads(src, tgt_in, tgt_out, static=True)
+    padded = loss_and_grads(pad(src, 5), pad(tgt_in, 3), pad(tgt_out, 3), static=True)
+    for got in (static, padded):
+        for g, want in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-5)
+
+
 def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
     model = tiny()
     shared = model.tgt_embedding.tokens.weight

@@ -31,7 +31,11 @@ class Batch(NamedTuple):
     # dividing the loss by it never waits for a GPU
 
     def to(self, device: torch.device) -> Batch:
-        tensors = (t.to(device) for t in (self.src, self.tgt_in, self.tgt_out, self.index))
+        # non_blocking: from the loader's pinned memory the copy does not wait for the GPU
+        tensors = (
+            t.to(device, non_blocking=True)
+            for t in (self.src, self.tgt_in, self.tgt_out, self.index)
+        )
         return Batch(*tensors, self.tgt_tokens)
 
 

@@ -40,9 +40,16 @@ def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 
 def _chunked_loss(
-    hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk_rows: int, grads: bool
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    smoothing: float,
+    chunk_rows: int,
+    grads: bool,
+    ignore_index: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """Summed loss and, when `grads`, d loss / d hidden and d loss / d weight."""
+    """Summed loss and, when `grads`, d loss / d hidden and d loss / d weight; rows whose
+    target is `ignore_index` count 0 towards both."""
     dtype = _compute_dtype(hidden.device, hidden.dtype)
     vocab = weight.shape[0]
     exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: fp32 at least
@@ -58,10 +65,14 @@ def _chunked_loss(
             log_z = logits.logsumexp(dim=-1, keepdim=True)  # (n, 1)
             nll = log_z - logits.gather(1, t)
             uniform = log_z - logits.mean(dim=-1, keepdim=True)
-            loss += ((1.0 - smoothing) * nll + smoothing * uniform).sum()
+            rows = (1.0 - smoothing) * nll + smoothing * uniform  # (n, 1)
+            scored = None if ignore_index is None else (t != ignore_index).to(exact)
+            loss += (rows if scored is None else rows * scored).sum()
             if grads:
                 grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocab)
                 grad.scatter_add_(1, t, torch.full_like(nll, smoothing - 1.0))
+                if scored is not None:
+                    grad.mul_(scored)
                 grad = grad.to(dtype)
                 grad_hidden[start : start + chunk_rows] = grad @ w
                 grad_weight += grad.T @ h
@@ -71,11 +82,17 @@ def _chunked_loss(
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, rows: int
+        ctx: Any,
+        hidden: Tensor,
+        weight: Tensor,
+        target: Tensor,
+        smoothing: float,
+        rows: int,
+        ignore_index: int | None,
     ) -> Tensor:
         # the gradients are by-products of the forward chunks; backward only scales them
         loss, grad_hidden, grad_weight = _chunked_loss(
-            hidden, weight, target, smoothing, rows, grads=True
+            hidden, weight, target, smoothing, rows, True, ignore_index
         )
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
@@ -85,7 +102,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:
         grad_hidden, grad_weight = ctx.saved_tensors
         scale = grad_loss.to(grad_hidden.dtype)
-        return grad_hidden * scale, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None
+        grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
+        return grad_hidden * scale, grad_weight, None, None, None, None
 
 
 def label_smoothed_cross_entropy(
@@ -94,12 +112,16 @@ def label_smoothed_cross_entropy(
     target: Tensor,
     smoothing: float,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    ignore_index: int | None = None,
 ) -> Tensor:
     """Summed label-smoothed cross-entropy of `target` (N,) under logits hidden @ weight.T.
 
-    hidden (N, d) are the final decoder states of the N target positions to score (padding
-    already removed); weight (V, d) is the output projection.
+    hidden (N, d) are the final decoder states of the N target positions to score; weight
+    (V, d) is the output projection. Rows whose target is `ignore_index` (padding left in, so
+    that shapes do not depend on the data) add exactly 0 to the loss and the gradients.
     """
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _FusedLinearCrossEntropy.apply(hidden, weight, target, smoothing, chunk_rows)
-    return _chunked_loss(hidden, weight, target, smoothing, chunk_rows, grads=False)[0]
+        return _FusedLinearCrossEntropy.apply(
+            hidden, weight, target, smoothing, chunk_rows, ignore_index
+        )
+    return _chunked_loss(hidden, weight, target, smoothing, chunk_rows, False, ignore_index)[0]

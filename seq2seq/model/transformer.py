@@ -380,15 +380,33 @@ class Transformer(nn.Module):
         states, _ = self.decode(tgt_in, memory, src_mask)
         return self.output_projection(states)
 
-    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float) -> Tensor:
+    def loss(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float,
+        static_shapes: bool = False,
+    ) -> Tensor:
         """Summed label-smoothed cross-entropy of the next tokens tgt_out (B, T), padding
         ignored. The output projection is fused into the loss (seq2seq/loss.py): the (B, T, V)
-        logits never exist whole."""
+        logits never exist whole. `static_shapes` scores every position, padding weighted 0,
+        rather than selecting the scored ones: no shape depends on the data (a CUDA graph
+        needs that), for the cost of the padding's rows."""
         memory, src_mask = self.encode(src)
         states, _ = self.decode(tgt_in, memory, src_mask)  # (B, T, d)
+        weight = self.output_projection.weight
+        if static_shapes:
+            return label_smoothed_cross_entropy(
+                states.flatten(0, 1),  # (B * T, d)
+                weight,
+                tgt_out.flatten(),
+                label_smoothing,
+                ignore_index=self.pad_id,
+            )
         scored = tgt_out != self.pad_id
         return label_smoothed_cross_entropy(
-            states[scored], self.output_projection.weight, tgt_out[scored], label_smoothing
+            states[scored], weight, tgt_out[scored], label_smoothing
         )
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:

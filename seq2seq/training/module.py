@@ -17,9 +17,10 @@ from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import upgrade_state_dict
 from seq2seq.decoding.search import greedy_search, max_output_len
-from seq2seq.errors import TrainingError
+from seq2seq.errors import ConfigError, TrainingError
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
+from seq2seq.training.cuda_graphs import GraphedLoss
 from seq2seq.training.optim import adamw, clip_gradients, learning_rate_factor, skip_update_if
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class TranslationModule(pl.LightningModule):
         self._epoch_tokens, self._epoch_seconds = 0, 0.0  # timed steps of this epoch
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
+        self._graphed: GraphedLoss | None = None  # the training loss through CUDA graphs
 
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy per target token; padding ignored."""
@@ -44,23 +46,55 @@ class TranslationModule(pl.LightningModule):
         tokens = batch.tgt_tokens
         return loss / tokens, tokens
 
+    def on_fit_start(self) -> None:
+        if self.config.cuda_graphs:
+            if self.device.type != "cuda":
+                raise ConfigError(
+                    f"config key 'cuda_graphs': {self.config.cuda_graphs}, and this run trains "
+                    f"on {self.device.type}; CUDA graphs need a CUDA GPU (trainer=gpu), so set "
+                    "cuda_graphs=0 here"
+                )
+            self._graphed = GraphedLoss(
+                self.model, self.config.optim.label_smoothing, self.config.cuda_graphs
+            )
+
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
-        # dropout masks drawn from (seed, epoch, batch, rank), as fairseq seeds per update: a
-        # resumed run draws the masks the uninterrupted run would have drawn
+        self.seed_step(batch_idx)
+
+    def seed_step(self, batch_idx: int) -> None:
+        """Dropout masks drawn from (seed, epoch, batch, rank), as fairseq seeds per update: a
+        resumed run draws the masks the uninterrupted run would have drawn."""
         entropy = [self.config.seed, self.current_epoch, batch_idx, self.global_rank]
         torch.manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        loss, tokens = self.loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
+        if self._graphed is not None:
+            tokens = batch.tgt_tokens
+            loss = self._graphed(batch, lambda: self.seed_step(batch_idx)) / tokens
+        else:
+            loss, tokens = self.loss(batch)
         now = time.perf_counter()
         if self._last_step_end is not None:  # wall time per step, data loading included
             seconds = now - self._last_step_end
-            self.log("train/tok_s", tokens / seconds, prog_bar=True)
             self._epoch_tokens += tokens
             self._epoch_seconds += seconds
+        if self.logging_step():
+            # on the host: Lightning reads every logged value at every later step's end (the
+            # progress bar), and a value on a GPU would make each of those reads wait for it
+            self.log("train/loss", loss.detach().cpu(), prog_bar=True, batch_size=tokens)
+            if self._last_step_end is not None:
+                self.log("train/tok_s", torch.tensor(tokens / seconds), prog_bar=True)
         self._last_step_end = now
         return loss
+
+    def logging_step(self) -> bool:
+        """Whether Lightning writes the loggers after this step (its own rule: every
+        trainer.log_every_n_steps updates), or the step ends the epoch (the summary's training
+        loss). Logging only then reads the loss on the host once per such step, not per step."""
+        epoch_loop = self.trainer.fit_loop.epoch_loop
+        return self.trainer._logger_connector.should_update_logs or (
+            epoch_loop.batch_progress.is_last_batch
+        )
 
     def on_train_epoch_start(self) -> None:
         self._last_step_end = None  # the validation pause is not training time
