@@ -1,6 +1,6 @@
 """Training and decoding speed of our Transformer against Hugging Face's MarianMTModel.
 
-    python scripts/benchmark.py [--quick] [--json FILE] [config overrides ...]
+    python scripts/benchmark.py [--quick] [--json FILE] [--compile] [--cuda-graphs] [overrides ...]
     python scripts/benchmark.py paths.data_dir=../shared/data
 
 Both models are built in this one process from the same config (model shape, vocabulary, tied
@@ -44,7 +44,14 @@ from bench.decoding import (
 )
 from bench.deployed import ctranslate2_searches
 from bench.flops import matmul_peak, training_flops
-from bench.models import build_marian, build_ours, compiled_copy, parameters, transformer
+from bench.models import (
+    build_marian,
+    build_ours,
+    compiled_copy,
+    graphed_copy,
+    parameters,
+    transformer,
+)
 from bench.report import environment, report, write_json
 from bench.training import precisions, time_training, timed_batches
 
@@ -75,8 +82,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--compile", action="store_true", help="also train a torch.compile'd copy of our model"
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="also train a copy of our model through CUDA graphs (a GPU only)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, as for seq2seq.train")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.cuda_graphs and not torch.cuda.is_available():
+        parser.error("--cuda-graphs needs a CUDA GPU, and torch sees none")
+    return args
 
 
 def main(argv: list[str]) -> int:
@@ -93,6 +108,8 @@ def main(argv: list[str]) -> int:
     systems = {"ours": ours}
     if args.compile:
         systems["ours compiled"] = compiled_copy(ours)
+    if args.cuda_graphs:
+        systems["ours graphed"] = graphed_copy(ours, config)
     if marian is not None:
         systems["marian"] = marian
 

@@ -49,13 +49,11 @@ SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize
 COPIES = ("cudaMemcpyAsync", "cudaMemcpy")
 
 
-def device_busy_seconds(trace: dict) -> float:
-    """The time the device ran anything (kernels, copies, sets) in a Chrome trace: the union
-    of their intervals, so that overlapping work counts once."""
+def device_busy_seconds(events: list[dict]) -> float:
+    """The time the device ran anything (kernels, copies, sets) in a Chrome trace's events:
+    the union of their intervals, so that overlapping work counts once."""
     kinds = {"kernel", "gpu_memcpy", "gpu_memset"}
-    spans = sorted(
-        (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"] if e.get("cat") in kinds
-    )
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in kinds)
     busy, end = 0.0, float("-inf")
     for start, stop in spans:
         busy += max(0.0, stop - max(start, end))
@@ -139,7 +137,9 @@ class StepWindows(pl.Callback):
         (self.out / "ops.txt").write_text(table)
         trace = self.out / "trace.json"
         profiler.export_chrome_trace(str(trace))
-        busy = device_busy_seconds(json.loads(trace.read_text()))
+        events = json.loads(trace.read_text())["traceEvents"]
+        busy = device_busy_seconds(events)
+        operators = sum(1 for e in events if e.get("cat") == "cpu_op")
         with trace.open("rb") as raw, gzip.open(self.out / "trace.json.gz", "wb") as packed:
             shutil.copyfileobj(raw, packed)
         trace.unlink()
@@ -150,10 +150,7 @@ class StepWindows(pl.Callback):
                 "launches_per_update": sum(calls.get(k, 0) for k in LAUNCHES) / self.steps,
                 "syncs_per_update": sum(calls.get(k, 0) for k in SYNCS) / self.steps,
                 "copies_per_update": sum(calls.get(k, 0) for k in COPIES) / self.steps,
-                "operators_per_update": sum(
-                    e.count for e in averages if e.device_type.name == "CPU"
-                )
-                / self.steps,
+                "operators_per_update": operators / self.steps,
             }
         )
 

@@ -47,6 +47,16 @@ def compiled_copy(ours: System) -> System:
     return System(module, lambda batch: module.loss(batch)[0])
 
 
+def graphed_copy(ours: System, config: RootConfig) -> System:
+    """A copy of our model whose training loss runs through CUDA graphs, one per batch shape
+    (`cuda_graphs` in seq2seq.train); the warm-up pass captures them."""
+    from seq2seq.training.cuda_graphs import GraphedLoss
+
+    module = copy.deepcopy(ours.model)
+    graphed = GraphedLoss(module.model, config.optim.label_smoothing, max_shapes=1024)
+    return System(module, lambda batch: graphed(batch, lambda: None) / batch.tgt_tokens)
+
+
 def marian_like(config: RootConfig, vocab: int) -> nn.Module:
     """MarianMTModel of our model's shape: same widths, depths, heads, vocabulary, ties."""
     from transformers import MarianConfig, MarianMTModel
