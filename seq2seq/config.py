@@ -362,8 +362,9 @@ class RootConfig:
             "need one batch per update; raise data.max_tokens instead, or set cuda_graphs=0",
         )
         devices, nodes = self.trainer.get("devices", 1), self.trainer.get("num_nodes", 1)
+        one_device = devices == 1 or (isinstance(devices, Sequence) and len(devices) == 1)
         require(
-            devices == 1 and nodes == 1,
+            one_device and nodes == 1,
             "cuda_graphs",
             f"{self.cuda_graphs} with trainer.devices={devices}, trainer.num_nodes={nodes}: "
             "graphs train one process on one GPU; set trainer.devices=1 or cuda_graphs=0",

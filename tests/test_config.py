@@ -171,6 +171,11 @@ def test_bad_config_names_the_key(overrides: list[str], key: str, words: str) ->
     assert "\n" not in message
 
 
+def test_cuda_graphs_accept_one_device_by_count_or_by_index() -> None:
+    for devices in ("1", "[0]"):
+        assert compose_config(["cuda_graphs=8", f"trainer.devices={devices}"]).cuda_graphs == 8
+
+
 def test_config_to_dict_stores_enums_as_strings_and_round_trips() -> None:
     config = compose_config(["+ablation=swapped_cross"])
     assert config.model.attention.cross.query is Stream.source
