@@ -66,13 +66,16 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+# the windows, in the order they run
+WINDOWS = ("plain", "profiled", "cprofile", "syncs")
+
+
 class StepWindows(pl.Callback):
-    """The four windows, by global step (the update about to run)."""
+    """The windows of `steps` updates each, one after another from update `first`."""
 
     def __init__(self, first: int, steps: int, out: Path) -> None:
-        self.out, self.steps = out, steps
-        self.plain, self.profiled, self.python, self.syncs = (first + k * steps for k in range(4))
-        self.end = first + 4 * steps
+        self.first, self.steps, self.out = first, steps, out
+        self.end = first + len(WINDOWS) * steps
         self.summary: dict[str, Any] = {"validations": []}
         self._tokens, self._started = 0, 0.0
         self._profiler: torch.profiler.profile | None = None
@@ -81,21 +84,58 @@ class StepWindows(pl.Callback):
         self._show_warning = warnings.showwarning
         self._validation_start = 0.0
 
+    def window(self, update: int) -> tuple[str | None, int]:
+        """The window update number `update` (from 0) falls in, and its place in it."""
+        number, place = divmod(update - self.first, self.steps)
+        return (WINDOWS[number] if 0 <= number < len(WINDOWS) else None), place
+
     def on_train_batch_start(self, trainer: pl.Trainer, module: Any, batch: Any, index: int):
-        step = trainer.global_step
-        if step in (self.plain, self.profiled, self.python, self.syncs):
-            synchronize()
-            self._tokens, self._started = 0, time.perf_counter()
-        if step == self.profiled:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profiler = torch.profiler.profile(activities=activities)
-            self._profiler.__enter__()
-        if step == self.python:
-            self._cprofile = cProfile.Profile()
-            self._cprofile.enable()
-        if step == self.syncs and torch.cuda.is_available():
+        window, place = self.window(trainer.global_step)
+        if window is None or place != 0:
+            return
+        synchronize()
+        self._tokens, self._started = 0, time.perf_counter()
+        start = {
+            "profiled": self._start_profile,
+            "cprofile": self._start_cprofile,
+            "syncs": self._start_syncs,
+        }.get(window)
+        if start is not None:
+            start()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, *_):
+        self._tokens += batch.tgt_tokens
+        window, place = self.window(trainer.global_step - 1)  # the update just done
+        if window is None or place != self.steps - 1:
+            return
+        synchronize()
+        seconds = time.perf_counter() - self._started
+        self.summary[window] = {
+            "updates": self.steps,
+            "ms_per_update": 1000 * seconds / self.steps,
+            "target_tok_s": self._tokens / seconds,
+        }
+        finish = {
+            "profiled": self._finish_profile,
+            "cprofile": self._finish_cprofile,
+            "syncs": self._finish_syncs,
+        }.get(window)
+        if finish is not None:
+            finish(seconds)
+
+    def _start_profile(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(activities=activities)
+        self._profiler.__enter__()
+
+    def _start_cprofile(self) -> None:
+        self._cprofile = cProfile.Profile()
+        self._cprofile.enable()
+
+    def _start_syncs(self) -> None:
+        if torch.cuda.is_available():
             warnings.simplefilter("always")
             warnings.showwarning = self._record_sync
             torch.cuda.set_sync_debug_mode("warn")
@@ -104,27 +144,6 @@ class StepWindows(pl.Callback):
         frames = [f for f in traceback.extract_stack()[:-1] if "warnings" not in f.filename]
         site = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-6:])
         self._sync_sites[f"{str(message)[:60]} | {site}"] += 1
-
-    def on_train_batch_end(self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, *_):
-        self._tokens += batch.tgt_tokens
-        step = trainer.global_step  # the updates done, this one included
-        if step not in (self.profiled, self.python, self.syncs, self.end):
-            return
-        synchronize()
-        seconds = time.perf_counter() - self._started
-        name = {self.profiled: "plain", self.python: "profiled", self.syncs: "cprofile"}
-        window = name.get(step, "syncs")
-        self.summary[window] = {
-            "updates": self.steps,
-            "ms_per_update": 1000 * seconds / self.steps,
-            "target_tok_s": self._tokens / seconds,
-        }
-        if window == "profiled":
-            self._finish_profile(seconds)
-        elif window == "cprofile":
-            self._finish_cprofile()
-        elif window == "syncs":
-            self._finish_syncs()
 
     def _finish_profile(self, seconds: float) -> None:
         profiler, self._profiler = self._profiler, None
@@ -154,7 +173,7 @@ class StepWindows(pl.Callback):
             }
         )
 
-    def _finish_cprofile(self) -> None:
+    def _finish_cprofile(self, seconds: float) -> None:
         profile, self._cprofile = self._cprofile, None
         profile.disable()
         text = io.StringIO()
@@ -163,7 +182,7 @@ class StepWindows(pl.Callback):
         stats.sort_stats("tottime").print_stats(30)
         (self.out / "cprofile.txt").write_text(text.getvalue())
 
-    def _finish_syncs(self) -> None:
+    def _finish_syncs(self, seconds: float) -> None:
         if torch.cuda.is_available():
             torch.cuda.set_sync_debug_mode("default")
             warnings.showwarning = self._show_warning

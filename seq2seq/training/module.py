@@ -17,7 +17,7 @@ from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import upgrade_state_dict
 from seq2seq.decoding.search import greedy_search, max_output_len
-from seq2seq.errors import ConfigError, TrainingError
+from seq2seq.errors import TrainingError, require
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.cuda_graphs import GraphedLoss
@@ -48,12 +48,12 @@ class TranslationModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         if self.config.cuda_graphs:
-            if self.device.type != "cuda":
-                raise ConfigError(
-                    f"config key 'cuda_graphs': {self.config.cuda_graphs}, and this run trains "
-                    f"on {self.device.type}; CUDA graphs need a CUDA GPU (trainer=gpu), so set "
-                    "cuda_graphs=0 here"
-                )
+            require(
+                self.device.type == "cuda",
+                "cuda_graphs",
+                f"{self.config.cuda_graphs}, and this run trains on {self.device.type}; CUDA "
+                "graphs need a CUDA GPU (trainer=gpu), so set cuda_graphs=0 here",
+            )
             self._graphed = GraphedLoss(
                 self.model, self.config.optim.label_smoothing, self.config.cuda_graphs
             )
