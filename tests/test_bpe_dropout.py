@@ -149,8 +149,8 @@ def test_every_epoch_serves_its_own_batches_whole_and_validates(
     toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     module = bpe_dropout_module(toy_files, tmp_path, "data.max_tokens=200")
-    # SentencePiece's draws at one rate can give every epoch the same batch count (1 run in 8
-    # at 0.3): each epoch's target side at 0.99 or 0.0 by its seed makes the counts differ
+    # SentencePiece's draws at one rate can give every epoch the same batch count (about 1 run
+    # in 8 at 0.3): each epoch's target side at 0.99 or 0.0 by its seed makes the counts differ
     sample_tgt = module.tokenizer.sample_tgt
     monkeypatch.setattr(
         module.tokenizer,
