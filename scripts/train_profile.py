@@ -211,15 +211,16 @@ def main() -> None:
     windows = StepWindows(args.first, args.steps, args.out)
 
     from seq2seq import train as entry
+    from seq2seq.training import run
 
-    build_trainer = entry.build_trainer
+    build_trainer = run.build_trainer
 
     def with_windows(*arguments: Any, **keywords: Any) -> tuple[pl.Trainer, Any]:
         trainer, best = build_trainer(*arguments, **keywords)
         trainer.callbacks.append(windows)
         return trainer, best
 
-    entry.build_trainer = with_windows
+    run.build_trainer = with_windows
     fixed = [f"trainer.max_steps={windows.end}", "average_last=0", "evaluate_after=false"]
     sys.argv = [sys.argv[0], *overrides, *fixed]
     started = time.perf_counter()

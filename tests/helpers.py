@@ -233,7 +233,7 @@ def small_model(toy_files: Path, cache: Path) -> list[str]:
 def tiny_checkpoint(work: Path, steps: int = 2, *overrides: str) -> Path:
     """A tiny model trained for `steps` steps on the toy corpus (with train's `overrides`),
     written by train as users' checkpoints are; 63 source tokens at most."""
-    from seq2seq.train import train
+    from seq2seq.training.run import train
 
     src, tgt = toy_corpus()
     for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,6 +74,15 @@ def test_an_unknown_choice_is_refused_before_hydra_starts(tmp_path: Path) -> Non
         result.stderr
     )
     assert not (tmp_path / "outputs").exists()  # nothing written
+
+
+def test_the_command_restarts_before_torch_and_lightning_are_imported() -> None:
+    """They are most of the command's start; imported before the restart, they loaded twice."""
+    heavy = "{'torch', 'pytorch_lightning'}"
+    check = f"import sys, seq2seq.train; print(sorted({heavy} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "[]\n"
 
 
 TCMALLOC = pytest.mark.skipif(

@@ -13,7 +13,7 @@ import torch
 from helpers import compose_config, configured_model, run, toy_corpus, toy_overrides, toy_tokenizer
 
 from seq2seq.analysis.rank_collapse import probe, rank_measures
-from seq2seq.train import train
+from seq2seq.training.run import train
 
 
 def test_rank_measures_against_numpy() -> None:

@@ -19,7 +19,7 @@ from seq2seq.data.corpus import normalize, read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.subword_sampling import BPEDropoutSplit
 from seq2seq.errors import ConfigError
-from seq2seq.train import trainer_arguments
+from seq2seq.training.run import trainer_arguments
 
 # Prints a hash of SentencePiece's BPE-dropout ids of some lines, the seed set just before
 SAMPLE_IN_A_NEW_PROCESS = """

@@ -29,9 +29,9 @@ from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint, upgrade_state_dict
 from seq2seq.decoding.translator import Translator
 from seq2seq.model.transformer import Transformer
-from seq2seq.train import train
 from seq2seq.training.checkpoint import average_checkpoints
 from seq2seq.training.module import TranslationModule
+from seq2seq.training.run import train
 
 VOCAB = 40
 

@@ -15,7 +15,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from seq2seq.config import upgrade_config, validate_config
 from seq2seq.errors import ConfigError
-from seq2seq.train import build_logger, train, trainer_arguments
+from seq2seq.training.run import build_logger, train, trainer_arguments
 
 EXTRAS = {"wandb": "WandbLogger", "mlflow": "MLFlowLogger"}  # option (= package): class
 

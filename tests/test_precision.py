@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import compose_config, toy_overrides
 
-from seq2seq.train import train
 from seq2seq.training.precision import auto_precision, resolve_precision
+from seq2seq.training.run import train
 
 
 def hardware(

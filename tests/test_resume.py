@@ -22,9 +22,9 @@ from seq2seq.analysis.learning_curves import metrics_files, read_metrics
 from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import TrainingError
-from seq2seq.train import train
 from seq2seq.training.checkpoint import AtomicCheckpointIO
 from seq2seq.training.module import TranslationModule
+from seq2seq.training.run import train
 
 # Runs the train entry point and sends a signal to itself at the end of one training step.
 SIGNAL_AT_STEP = """

@@ -27,9 +27,9 @@ from seq2seq.decoding.backend import output_limits, source_batch
 from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.train import train, trainer_arguments
 from seq2seq.training.checkpoint import average_checkpoints
 from seq2seq.training.module import TranslationModule
+from seq2seq.training.run import train, trainer_arguments
 
 PAIRS = 40
 

@@ -1,0 +1,298 @@
+"""A training run: Lightning's Trainer from the config, fitting, averaging and the final
+checkpoint's choice, what `python -m seq2seq.train` (seq2seq/train.py) runs once started.
+
+The run directory (Hydra's, under outputs/) receives the resolved config, the tokenizer
+models, checkpoints, metrics (metrics.csv, and the files of the `logger=` choice) and the
+learning curve.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import shlex
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning_fabric.utilities.rank_zero import rank_zero_only
+from omegaconf import OmegaConf
+from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, Logger
+
+from seq2seq.concurrency import thread_budget
+from seq2seq.config import RootConfig, config_to_dict
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
+from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.io import atomic_path
+from seq2seq.training.callbacks import (
+    FlushMetricsWithCheckpoints,
+    GracefulStop,
+    LearningCurve,
+    ValidateAtMaxSteps,
+)
+from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
+from seq2seq.training.final_checkpoint import choose_final
+from seq2seq.training.module import TranslationModule
+from seq2seq.training.precision import resolve_precision
+
+log = logging.getLogger("seq2seq.train")
+
+MANAGED_TRAINER_KEYS = {  # and what to do instead
+    "callbacks": "remove it",
+    "logger": "choose one with logger=tensorboard|wandb|mlflow|none (seq2seq/conf/logger/) instead",
+    "default_root_dir": "remove it",
+    "enable_checkpointing": "remove it",
+    "plugins": "remove it",
+}
+
+# loggers whose package is an optional extra of seq2seq (pyproject.toml), by class name
+LOGGER_EXTRAS = {"WandbLogger": "wandb", "MLFlowLogger": "mlflow"}
+
+
+def trainer_arguments(config: RootConfig) -> dict:
+    """The trainer group, checked against lightning's Trainer signature."""
+    accepted = inspect.signature(pl.Trainer.__init__).parameters
+    for key in config.trainer:
+        if key in MANAGED_TRAINER_KEYS:
+            raise ConfigError(
+                f"config key 'trainer.{key}': set by seq2seq.train; {MANAGED_TRAINER_KEYS[key]}"
+            )
+        if key not in accepted:
+            raise ConfigError(
+                f"config key 'trainer.{key}': not an argument of lightning's Trainer "
+                f"(pytorch_lightning {pl.__version__}); check its spelling"
+            )
+    arguments = dict(config.trainer)
+    if config.data.bpe_dropout > 0:
+        # each epoch's segmentation has its own number of batches, which Lightning counts
+        # only when it makes the loaders
+        reload = arguments.setdefault("reload_dataloaders_every_n_epochs", 1)
+        if reload != 1:
+            raise ConfigError(
+                f"config key 'trainer.reload_dataloaders_every_n_epochs': {reload}, and "
+                "data.bpe_dropout needs the training batches counted anew each epoch; "
+                "remove the key or set it to 1"
+            )
+    return arguments
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that resumes this run in its own directory."""
+    overrides = []
+    if HydraConfig.initialized():
+        skip = ("ckpt_path=", "hydra.run.dir=")
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith(skip)]
+    words = ["python", "-m", "seq2seq.train", *overrides, f"hydra.run.dir={run_dir}"]
+    return " ".join(shlex.quote(w) for w in [*words, "ckpt_path=auto"])
+
+
+def build_logger(config: RootConfig, run_dir: Path) -> Logger | None:
+    """The `logger=` choice (conf/logger/), instantiated to write into the run directory."""
+    if config.logger is None:
+        return None
+    target = config.logger["_target_"]
+    extra = LOGGER_EXTRAS.get(target.rsplit(".", 1)[-1])
+    if extra is not None:
+        try:
+            importlib.import_module(extra)
+        except ImportError:
+            raise ConfigError(
+                f"config key 'logger': {target} needs the {extra} package, an optional extra: "
+                f'pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=none)'
+            ) from None
+    try:
+        return instantiate(config.logger, save_dir=str(run_dir))
+    except InstantiationException as e:
+        raise ConfigError(f"config key 'logger': {e}") from None
+
+
+def build_trainer(
+    config: RootConfig, run_dir: Path, logger: Logger | None, precision: str
+) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """Lightning's Trainer from the trainer group, in `precision` (`auto` already resolved)."""
+    checkpoints = run_dir / "checkpoints"
+    best = ModelCheckpoint(
+        dirpath=checkpoints,
+        filename="best",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    # last.ckpt after every epoch (Lightning's save_last refreshes it only when `best` saves)
+    last = ModelCheckpoint(
+        dirpath=checkpoints, filename="last", save_top_k=1, enable_version_counter=False
+    )
+    callbacks: list[pl.Callback] = [
+        best,
+        last,
+        EarlyStopping(monitor="val/bleu", mode="max", patience=config.early_stopping_patience),
+        LearningRateMonitor(logging_interval="step"),
+        LearningCurve(run_dir),
+        FlushMetricsWithCheckpoints(),
+        ValidateAtMaxSteps(),
+        GracefulStop(checkpoints / "last.ckpt", resume_command(run_dir)),
+    ]
+    if config.checkpoint_every_n_steps:
+        callbacks.append(  # last.ckpt only: a mid-epoch point to resume from
+            ModelCheckpoint(
+                dirpath=checkpoints,
+                save_top_k=0,
+                save_last=True,
+                every_n_train_steps=config.checkpoint_every_n_steps,
+                enable_version_counter=False,
+            )
+        )
+    if config.average_last > 0:
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=checkpoints,
+                filename="epoch{epoch:03d}",
+                monitor="epoch",
+                mode="max",
+                save_top_k=config.average_last,
+                auto_insert_metric_name=False,
+                # every epoch, also between validations (trainer.check_val_every_n_epoch > 1)
+                save_on_train_epoch_end=True,
+            )
+        )
+    # metrics.csv always: the learning curve and resuming read it
+    loggers: list[Logger] = [CSVLogger(run_dir, name="", version="")]
+    if logger is not None:
+        loggers.append(logger)
+    trainer = pl.Trainer(
+        **{**trainer_arguments(config), "precision": precision},
+        callbacks=callbacks,
+        logger=loggers,
+        default_root_dir=run_dir,
+        plugins=[AtomicCheckpointIO()],
+    )
+    return trainer, best
+
+
+def resolve_resume(config: RootConfig, run_dir: Path) -> str | None:
+    """The checkpoint to resume from; `auto` means the run directory's last.ckpt, if any."""
+    if config.ckpt_path == "auto":
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            log.info("ckpt_path=auto: no %s yet, starting afresh", last)
+            return None
+        log.info("ckpt_path=auto: resuming from %s", last)
+        if rank_zero_only.rank == 0 and (run_dir / "metrics.csv").is_file():
+            # the CSV logger starts metrics.csv anew: keep the earlier rows beside it
+            number = len(list(run_dir.glob("metrics.*.csv"))) + 1
+            (run_dir / "metrics.csv").rename(run_dir / f"metrics.{number}.csv")
+        return str(last)
+    if config.ckpt_path is not None and not Path(config.ckpt_path).is_file():
+        raise CheckpointError(
+            f"cannot resume: checkpoint {config.ckpt_path} does not exist; set ckpt_path to a "
+            "run's checkpoints/last.ckpt, ckpt_path=auto to resume the run directory's own, or "
+            "ckpt_path=null to start afresh"
+        )
+    return config.ckpt_path
+
+
+def describe(config: RootConfig, tokenizer: Tokenizer) -> str:
+    settings = config.tokenizer
+    return (
+        f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}, "
+        f"{settings.model_type} {settings.vocab_size} "
+        f"{'joint' if settings.joint else 'separate'} (fingerprint "
+        f"{tokenizer.fingerprint[:12]})"
+    )
+
+
+def check_resume_tokenizer(ckpt_path: str, config: RootConfig, tokenizer: Tokenizer) -> None:
+    """A run resumes only with the vocabulary it was trained with: the embeddings depend on it.
+    Only the tokenizer is compared; the model is built only to name the mismatch."""
+    saved = read_checkpoint(Path(ckpt_path))["seq2seq"]
+    if Tokenizer(saved["src_model"], saved["tgt_model"]).fingerprint != tokenizer.fingerprint:
+        trained = load_trained(Path(ckpt_path))
+        raise CheckpointError(
+            "cannot resume: the checkpoint's tokenizer does not match the data config:\n"
+            f"  checkpoint:  {describe(trained.config, trained.tokenizer)}\n"
+            f"  data config: {describe(config, tokenizer)}\n"
+            "Pass the data and tokenizer overrides of the run that wrote it (see config.yaml in "
+            "its run directory), e.g. the same experiment=..."
+        )
+
+
+def average_last(checkpoints: Path, k: int) -> Path | None:
+    """Average the last k epoch checkpoints into averaged.ckpt (None if fewer than 2)."""
+    epochs = sorted(checkpoints.glob("epoch*.ckpt"))[-k:]
+    if len(epochs) < 2:
+        return None
+    output = average_checkpoints(epochs, checkpoints / "averaged.ckpt")
+    log.info("averaged %s -> %s", ", ".join(p.name for p in epochs), output)
+    return output
+
+
+def train(config: RootConfig, run_dir: Path) -> dict | None:
+    """Fit and average; return a summary naming the checkpoint to use (averaged/best/last).
+
+    Under data parallelism only the first process averages and returns a summary."""
+    ckpt_path = resolve_resume(config, run_dir)
+    logger = build_logger(config, run_dir)  # before any work: a missing package fails early
+    torch.set_num_threads(thread_budget(config.threads))
+    pl.seed_everything(config.seed, workers=True)
+    data = TranslationDataModule(config, run_dir)
+    data.prepare_data()
+    data.setup()
+    if ckpt_path is not None:
+        check_resume_tokenizer(ckpt_path, config, data.tokenizer)
+    module = TranslationModule(config, data.tokenizer)
+    total = sum(p.numel() for p in module.model.parameters())
+    embeddings = module.model.tgt_embedding.tokens.weight.numel()
+    log.info(
+        "model %s: %.2fM parameters (%.2fM in the tied embedding)",
+        config.model.name,
+        total / 1e6,
+        embeddings / 1e6,
+    )
+    if config.compile:
+        module.model.compile_layers()
+    with atomic_path(run_dir / "config.yaml") as tmp:
+        tmp.write_text(OmegaConf.to_yaml(config_to_dict(config)))
+    data.tokenizer.save(run_dir / "tokenizer")
+    precision = resolve_precision(config.trainer)
+    log.info("%s", precision)
+    trainer, best = build_trainer(config, run_dir, logger, precision.precision)
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    seconds = time.perf_counter() - start
+    if not trainer.is_global_zero:
+        return None
+    checkpoints = run_dir / "checkpoints"
+    candidates = {"best": Path(best.best_model_path)} if best.best_model_path else {}
+    if not candidates:  # no validation ran
+        candidates["last"] = checkpoints / "last.ckpt"
+    averaged = average_last(checkpoints, config.average_last) if config.average_last else None
+    if averaged is not None:
+        candidates["averaged"] = averaged
+    sources, references = data.raw_pairs(config.data.val_split)
+    final = choose_final(candidates, config.decoding, sources, references)
+    log.info("final checkpoint: %s (%s)", final.path, final.reason)
+    metrics = trainer.callback_metrics
+    return {
+        "variant": config.model.attention.name,
+        "seed": config.seed,
+        "parameters": total,
+        "precision": str(trainer.precision),
+        "train_seconds": round(seconds, 1),
+        "epochs": trainer.current_epoch,
+        "steps": trainer.global_step,
+        "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
+        "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
+        "skipped_steps": len(module.skipped_steps()),
+        "final_checkpoint": str(final.path),
+        "final_checkpoint_choice": final.summary(),
+    }
