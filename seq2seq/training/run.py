@@ -43,7 +43,7 @@ from seq2seq.training.final_checkpoint import choose_final
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.precision import resolve_precision
 
-log = logging.getLogger("seq2seq.train")
+log = logging.getLogger("seq2seq.train")  # the command's log: train.log names it so
 
 MANAGED_TRAINER_KEYS = {  # and what to do instead
     "callbacks": "remove it",
