@@ -268,6 +268,17 @@ class DecodingConfig:
         )
 
 
+def several_processes(trainer: dict) -> bool:
+    """Whether the trainer group starts more than one process (data parallelism)."""
+    devices = trainer.get("devices", 1)
+    count = len(devices) if isinstance(devices, (list, tuple)) else 1
+    if str(devices).isdigit():
+        count = int(devices)
+    strategy = str(trainer.get("strategy", "auto"))
+    parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
+    return parallel or count > 1 or int(trainer.get("num_nodes", 1)) > 1
+
+
 @dataclass
 class RootConfig:
     """What `train` reads (conf/train.yaml); every checkpoint carries it."""
@@ -361,13 +372,14 @@ class RootConfig:
             f"{self.cuda_graphs} with trainer.accumulate_grad_batches={accumulate}: graphs "
             "need one batch per update; raise data.max_tokens instead, or set cuda_graphs=0",
         )
-        devices, nodes = self.trainer.get("devices", 1), self.trainer.get("num_nodes", 1)
-        one_device = devices == 1 or (isinstance(devices, Sequence) and len(devices) == 1)
+        trainer = self.trainer
         require(
-            one_device and nodes == 1,
+            not several_processes(trainer),
             "cuda_graphs",
-            f"{self.cuda_graphs} with trainer.devices={devices}, trainer.num_nodes={nodes}: "
-            "graphs train one process on one GPU; set trainer.devices=1 or cuda_graphs=0",
+            f"{self.cuda_graphs} with trainer.devices={trainer.get('devices', 1)}, "
+            f"trainer.num_nodes={trainer.get('num_nodes', 1)}, trainer.strategy="
+            f"{trainer.get('strategy', 'auto')}: graphs train one process on one GPU; set "
+            "trainer.devices=1 or cuda_graphs=0",
         )
         require(
             not self.compile,

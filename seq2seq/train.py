@@ -26,22 +26,11 @@ from seq2seq.allocator import (
 )
 from seq2seq.cli import entrypoint, in_sweep
 from seq2seq.concurrency import RunDirectory
-from seq2seq.config import RootConfig, config_to_dict
+from seq2seq.config import RootConfig, config_to_dict, several_processes
 from seq2seq.errors import ConfigError
 from seq2seq.io import atomic_path
 
 log = logging.getLogger("seq2seq.train")
-
-
-def several_processes(trainer: dict) -> bool:
-    """Whether the trainer group starts more than one process (data parallelism)."""
-    devices = trainer.get("devices", 1)
-    count = len(devices) if isinstance(devices, (list, tuple)) else 1
-    if str(devices).isdigit():
-        count = int(devices)
-    strategy = str(trainer.get("strategy", "auto"))
-    parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
-    return parallel or count > 1 or int(trainer.get("num_nodes", 1)) > 1
 
 
 def check_launcher_fits(config: RootConfig) -> None:

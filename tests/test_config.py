@@ -159,6 +159,8 @@ def test_hour_preset_trains_the_whole_hour() -> None:
             "need one batch per update",
         ),
         (["cuda_graphs=8", "trainer.devices=2"], "cuda_graphs", "set trainer.devices=1"),
+        (["cuda_graphs=8", 'trainer.devices="3"'], "cuda_graphs", "set trainer.devices=1"),
+        (["cuda_graphs=8", "+trainer.strategy=ddp"], "cuda_graphs", "trainer.strategy=ddp"),
         (["cuda_graphs=8", "compile=true"], "cuda_graphs", "set compile=false or cuda_graphs=0"),
     ],
 )
