@@ -83,6 +83,12 @@ class StepWindows(pl.Callback):
         self._sync_sites: collections.Counter[str] = collections.Counter()
         self._show_warning = warnings.showwarning
         self._validation_start = 0.0
+        # what a window does besides timing, at its start and its end
+        self._hooks = {
+            "profiled": (self._start_profile, self._finish_profile),
+            "cprofile": (self._start_cprofile, self._finish_cprofile),
+            "syncs": (self._start_syncs, self._finish_syncs),
+        }
 
     def window(self, update: int) -> tuple[str | None, int]:
         """The window update number `update` (from 0) falls in, and its place in it."""
@@ -95,12 +101,8 @@ class StepWindows(pl.Callback):
             return
         synchronize()
         self._tokens, self._started = 0, time.perf_counter()
-        start = {
-            "profiled": self._start_profile,
-            "cprofile": self._start_cprofile,
-            "syncs": self._start_syncs,
-        }.get(window)
-        if start is not None:
+        if window in self._hooks:
+            start, _ = self._hooks[window]
             start()
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, *_):
@@ -115,12 +117,8 @@ class StepWindows(pl.Callback):
             "ms_per_update": 1000 * seconds / self.steps,
             "target_tok_s": self._tokens / seconds,
         }
-        finish = {
-            "profiled": self._finish_profile,
-            "cprofile": self._finish_cprofile,
-            "syncs": self._finish_syncs,
-        }.get(window)
-        if finish is not None:
+        if window in self._hooks:
+            _, finish = self._hooks[window]
             finish(seconds)
 
     def _start_profile(self) -> None:
