@@ -5,8 +5,6 @@ names the others), and the multirun works end to end, serial and side by side
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from helpers import (
     compose_config,
     fake_run,
     few_pairs_overrides,
+    python,
     random_batch,
     report,
     table_rows,
@@ -181,7 +180,7 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
     for side, lang in (("src", "en"), ("tgt", "de")):
         lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
         (tmp_path / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
-    train = [sys.executable, "-m", "seq2seq.train", "-m", "+ablation=standard,swapped_cross"]
+    train = ["-m", "seq2seq.train", "-m", "+ablation=standard,swapped_cross"]
     overrides = few_pairs_overrides(tmp_path, tmp_path / "cache")
     budget = ["trainer.max_epochs=2", "average_last=2", "threads=1"]
     launchers = {"serial": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
@@ -189,7 +188,7 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
     for name, launcher in launchers.items():
         sweep = tmp_path / name
         command = [*train, *overrides, *budget, *launcher, f"hydra.sweep.dir={sweep}"]
-        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        result = python(*command, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
         runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
         assert runs == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
@@ -208,7 +207,7 @@ def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None
 
     summaries = {p: p.read_bytes() for p in (tmp_path / "joblib").glob("*/run_summary.json")}
     command = [*train, *overrides, *budget, *launchers["joblib"], f"hydra.sweep.dir={sweep}"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = python(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("finished already, skipped") == 2
     assert {p: p.read_bytes() for p in summaries} == summaries

@@ -115,6 +115,7 @@ def test_a_run_trains_under_the_allocator_chosen(
         "hydra.run.dir=run",
         env={VARIABLE: choice},
         console_script=command == "seq2seq-train",
+        fresh_interpreter=True,  # the restart happens before the command runs
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, python
 
 
 @pytest.mark.slow
 def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) -> None:
     results_path = tmp_path / "benchmark.json"
     command = [
-        sys.executable,
-        str(ROOT / "scripts" / "benchmark.py"),
+        ROOT / "scripts" / "benchmark.py",
         "--quick",
         "--json",
         str(results_path),
@@ -25,7 +21,7 @@ def test_quick_benchmark_reports_every_phase(multi30k_config, tmp_path: Path) ->
         f"paths.cache_dir={multi30k_config.paths.cache_dir}",  # the session's tokenizer
         "model=transformer_tiny",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = python(*command)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)  # the figures, for the CI log
 
@@ -61,8 +57,7 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
 ) -> None:
     results_path = tmp_path / "step.json"
     command = [
-        sys.executable,
-        str(ROOT / "scripts" / "step_benchmark.py"),
+        ROOT / "scripts" / "step_benchmark.py",
         "--rounds=2",
         "--steps=2",
         "--profile",
@@ -75,7 +70,7 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
         "model=transformer_tiny",
         "trainer.precision=32-true",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = python(*command)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(results_path.read_text())
     assert results["checkouts"] == {"a": str(ROOT), "b": str(ROOT)}
@@ -91,8 +86,7 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
 
 
 def test_step_benchmark_needs_two_checkouts() -> None:
-    command = [sys.executable, str(ROOT / "scripts" / "step_benchmark.py"), f"a={ROOT}"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    result = python(ROOT / "scripts" / "step_benchmark.py", f"a={ROOT}")
     assert result.returncode == 2 and "give two checkouts" in result.stderr
 
 
@@ -106,12 +100,7 @@ def test_time_split_counts_each_sample_once_under_its_most_specific_part(tmp_pat
         "main;backward (torch/_tensor.py:1) 4\n"
         "main;_RefreshThread.run (rich.py:83) 1\n"
     )
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "time_split.py"), str(stacks)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = python(ROOT / "scripts" / "time_split.py", stacks)
     assert result.returncode == 0, result.stderr
     rows = {line[16:]: int(line[8:14]) for line in result.stdout.splitlines()[:-1]}
     assert rows == {

@@ -6,14 +6,12 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
-from helpers import compose_config, toy_overrides
+from helpers import compose_config, run, toy_overrides
 
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.data.datamodule import TranslationDataModule
@@ -78,13 +76,7 @@ def two_processes(toy_files: Path, tmp_path: Path) -> list[str]:
 
 def train_in_run_dir(overrides: list[str], tmp_path: Path) -> None:
     """`seq2seq.train` into tmp_path/run; fails the test on a non-zero exit."""
-    result = subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", *overrides, "hydra.run.dir=run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run("train", tmp_path, *overrides, "hydra.run.dir=run")
     assert result.returncode == 0, result.stderr[-3000:]
 
 

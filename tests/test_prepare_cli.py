@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import gzip
 import subprocess
-import sys
 from pathlib import Path
 
-from helpers import toy_overrides
+from helpers import run, toy_overrides
 
 
 def run_prepare(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq.prepare", *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run("prepare", cwd, *overrides)
 
 
 def test_prepare_multi30k_cold_then_warm(shared_data: Path, tmp_path: Path) -> None:

@@ -9,14 +9,12 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_config, toy_overrides
+from helpers import compose_config, python, toy_overrides
 
 from seq2seq.analysis.learning_curves import metrics_files, read_metrics
 from seq2seq.decoding.checkpoint import read_checkpoint
@@ -70,16 +68,16 @@ def tiny_overrides(toy_files: Path, cache: Path) -> list[str]:
 def train_cli(
     cwd: Path, *args: str, signal_at: tuple[str, int] | None = None, keep_draws: bool = False
 ):
-    command = [sys.executable, "-m", "seq2seq.train"]
+    command = ["-m", "seq2seq.train"]
     if signal_at is not None:
         script = cwd / "signal_at_step.py"
         script.write_text(SIGNAL_AT_STEP)
-        command = [sys.executable, str(script), signal_at[0], str(signal_at[1])]
+        command = [str(script), signal_at[0], str(signal_at[1])]
     elif keep_draws:
         script = cwd / "keep_every_draw.py"
         script.write_text(KEEP_EVERY_DRAW)
-        command = [sys.executable, str(script)]
-    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+        command = [str(script)]
+    return python(*command, *args, cwd=cwd)
 
 
 def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
@@ -143,9 +141,7 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_resume_command(
 
     words = shlex.split(command)
     assert words[:3] == ["python", "-m", "seq2seq.train"]
-    resumed = subprocess.run(
-        [sys.executable, *words[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+    resumed = python(*words[1:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (tmp_path / "run/run_summary.json").is_file()
     steps = sorted(losses(tmp_path / "run"))
@@ -172,7 +168,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     script = tmp_path / "kill_during_save.py"
     script.write_text(KILL_DURING_SAVE)
     path = tmp_path / "checkpoints" / "last.ckpt"
-    result = subprocess.run([sys.executable, str(script), str(path)], capture_output=True)
+    result = python(script, path)
     assert result.returncode == -signal.SIGKILL
     saved = torch.load(path, weights_only=True)
     assert saved["step"] == 1 and bool((saved["weights"] == 1).all())

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF_DIR, ROOT, compose_config, few_pairs_overrides
+from helpers import CONF_DIR, ROOT, compose_config, few_pairs_overrides, python, run
 from hydra import compose, initialize_config_dir
 
 from seq2seq.cli import LAUNCHER_EXTRAS
@@ -113,12 +113,7 @@ def test_train_refuses_a_run_directory_in_use(tmp_path: Path) -> None:
     held = RunDirectory(tmp_path / "run")
     held.hold()
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "seq2seq.train", f"hydra.run.dir={tmp_path / 'run'}"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        result = run("train", tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
     finally:
         held.release()
     assert result.returncode == 1
@@ -212,13 +207,7 @@ def sweep_of_few_pairs(shared_data: Path, directory: Path) -> list[str]:
     for side, lang in (("src", "en"), ("tgt", "de")):
         lines = read_lines(shared_data / "multi30k" / f"train.{lang}.gz")[:40]
         (directory / f"pairs.{side}").write_text("".join(line + "\n" for line in lines))
-    return [
-        sys.executable,
-        "-m",
-        "seq2seq.train",
-        "-m",
-        *few_pairs_overrides(directory, directory / "cache"),
-    ]
+    return ["-m", "seq2seq.train", "-m", *few_pairs_overrides(directory, directory / "cache")]
 
 
 def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
@@ -234,7 +223,7 @@ def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "hydra.sweep.subdir=${hydra.job.num}",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = python(*command, cwd=tmp_path)
     assert result.returncode == 1
     failed = (tmp_path / "sweep" / "0" / "failed.txt").read_text()
     assert failed.startswith("ConfigError: config key 'model.heads'")
@@ -254,12 +243,12 @@ def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
         "threads=1",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = python(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = tmp_path / "sweep" / "0_standard_seed1234" / "run_summary.json"
     written = summary.read_bytes()
     assert json.loads(written)["steps"] > 0
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = python(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     log = (tmp_path / "sweep" / "0_standard_seed1234" / "train.log").read_text()
     assert "has finished (run_summary.json): skipped" in log
@@ -268,7 +257,6 @@ def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
 
 def test_data_parallel_training_inside_a_joblib_sweep_is_refused(tmp_path: Path) -> None:
     command = [
-        sys.executable,
         "-m",
         "seq2seq.train",
         "-m",
@@ -278,7 +266,7 @@ def test_data_parallel_training_inside_a_joblib_sweep_is_refused(tmp_path: Path)
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "hydra.sweep.subdir=${hydra.job.num}",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = python(*command, cwd=tmp_path)
     assert result.returncode == 1
     failed = (tmp_path / "sweep" / "0" / "failed.txt").read_text()
     assert failed.startswith(

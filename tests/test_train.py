@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from helpers import (
     compose_config,
     config_of,
     few_pairs_overrides,
+    python,
     run,
     toy_tokenizer,
     write_lines,
@@ -213,16 +212,15 @@ def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
     report = tmp_path / "decoding.json"
     script = Path(__file__).resolve().parents[1] / "scripts" / "decoding_benchmark.py"
     command = [
-        sys.executable,
-        str(script),
-        str(run_dir / "checkpoints" / "averaged.ckpt"),
+        script,
+        run_dir / "checkpoints" / "averaged.ckpt",
         f"--source={few_pairs.directory / 'pairs.src'}",
         f"--reference={few_pairs.directory / 'pairs.tgt'}",
         "--reps=1",
         f"--json={report}",
         "batch_size=16",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = python(*command)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(report.read_text())
     assert set(results["measured"]) == {"ours", "ctranslate2 float32", "ctranslate2 int8"}

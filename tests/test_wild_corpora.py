@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, toy_corpus, toy_overrides
+from helpers import compose_config, run, toy_corpus, toy_overrides
 from omegaconf import OmegaConf
 
 from seq2seq.config import config_to_dict, upgrade_config, validate_config
@@ -219,11 +217,8 @@ def test_carriage_return_corpus_through_the_command_gives_the_clean_arrays(
         directory = tmp_path / label
         directory.mkdir()
         overrides = two_files(end=end)(directory, corpus())
-        command = [sys.executable, "-m", "seq2seq.prepare"]
         settings = toy_overrides(directory, directory / "cache") + overrides
-        result = subprocess.run(
-            [*command, *settings], cwd=tmp_path, capture_output=True, text=True, timeout=300
-        )
+        result = run("prepare", tmp_path, *settings)
         assert result.returncode == 0, result.stderr[-2000:]
         assert "Traceback" not in result.stderr
         caches[label] = {
@@ -238,9 +233,8 @@ def test_a_utf16_file_stops_the_command_with_one_line(tmp_path: Path) -> None:
     overrides = two_files(on("train", "src", lambda d: d.decode().encode("utf-16")))(
         tmp_path, corpus()
     )
-    command = [sys.executable, "-m", "seq2seq.prepare"]
     settings = toy_overrides(tmp_path, tmp_path / "cache") + overrides
-    result = subprocess.run([*command, *settings], capture_output=True, text=True, timeout=300)
+    result = run("prepare", tmp_path, *settings)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
