@@ -54,7 +54,8 @@ def gpu_training_overrides(tmp_path: Path) -> list[str]:
 
 
 def test_trainer_gpu_trains_in_bf16_mixed_through_the_entry_point(tmp_path: Path) -> None:
-    result = run("train", tmp_path, *gpu_training_overrides(tmp_path))
+    # a fresh interpreter, as users start it: the tests' fork server has not been run on a GPU
+    result = run("train", tmp_path, *gpu_training_overrides(tmp_path), fresh_interpreter=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "GPU available: True (cuda), used: True" in output
@@ -182,7 +183,7 @@ def test_a_graphed_update_does_not_wait_for_the_host() -> None:
 
 def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: Path) -> None:
     overrides = [*gpu_training_overrides(tmp_path), "cuda_graphs=8", "model.dropout=0.1"]
-    result = run("train", tmp_path, *overrides)
+    result = run("train", tmp_path, *overrides, fresh_interpreter=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     log = (tmp_path / "run" / "train.log").read_text()
