@@ -38,6 +38,59 @@ _server = multiprocessing.get_context("forkserver")
 _server.set_forkserver_preload(PRELOAD)
 
 
+class ForkedPython:
+    """`python <arguments>` running in a child of the fork server, where `arguments` are
+    `-m <module> ...` or `<script> ...`: subprocess.Popen's calls for the tests' commands, with
+    standard output and error going to files that `output` reads, as far as written."""
+
+    def __init__(
+        self, arguments: list[str], cwd: Path | None, stdin: str | None, environ: dict[str, str]
+    ) -> None:
+        self.args = [sys.executable, *arguments]
+        self._streams = tempfile.TemporaryDirectory(prefix="command-")
+        self._paths = {n: Path(self._streams.name) / n for n in ("stdin", "stdout", "stderr")}
+        self._paths["stdin"].write_text(stdin or "")
+        self._child = _server.Process(
+            target=_run_python, args=(arguments, str(cwd or Path.cwd()), environ, self._paths)
+        )
+        self._child.start()
+        self.pid = self._child.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status, negative for a signal; None while it runs."""
+        return self._child.exitcode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def send_signal(self, signal_number: int) -> None:
+        os.kill(self.pid, signal_number)
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._child.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def output(self, stream: str) -> str:
+        """What it has written to "stdout" or "stderr" so far."""
+        return self._paths[stream].read_text(errors="backslashreplace")
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Its standard output and error, once it has exited (killed after `timeout`)."""
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.join()
+            raise
+        try:
+            return self.output("stdout"), self.output("stderr")
+        finally:
+            self._streams.cleanup()
+
+
 def run_python(
     arguments: list[str],
     cwd: Path | None,
@@ -45,28 +98,10 @@ def run_python(
     environ: dict[str, str],
     timeout: float,
 ) -> subprocess.CompletedProcess:
-    """`python <arguments>`, where `arguments` are `-m <module> ...` or `<script> ...`, in `cwd`
-    with environment `environ`, run in a child of the fork server; output captured as text, as
-    subprocess.run(capture_output=True, text=True) gives it."""
-    command = [sys.executable, *arguments]
-    with tempfile.TemporaryDirectory(prefix="command-") as streams:
-        paths = {name: Path(streams) / name for name in ("stdin", "stdout", "stderr")}
-        paths["stdin"].write_text(stdin or "")
-        child = _server.Process(
-            target=_run_python, args=(arguments, str(cwd or Path.cwd()), environ, paths)
-        )
-        child.start()
-        child.join(timeout)
-        if child.exitcode is None:
-            child.kill()
-            child.join()
-            raise subprocess.TimeoutExpired(command, timeout)
-        return subprocess.CompletedProcess(
-            command,
-            child.exitcode,
-            paths["stdout"].read_text(errors="backslashreplace"),
-            paths["stderr"].read_text(errors="backslashreplace"),
-        )
+    """ForkedPython run to its end: output captured as text, as subprocess.run gives it."""
+    child = ForkedPython(arguments, cwd, stdin, environ)
+    stdout, stderr = child.communicate(timeout)
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
 def _run_python(

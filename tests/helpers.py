@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from commands import run_python
+from commands import ForkedPython, run_python
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONF_DIR, RootConfig, config_to_dict, group_config, validate_config
@@ -75,6 +75,17 @@ def python(
     Lightning already (tests/commands.py): 9-10 s less per command on a 2-core machine."""
     environ = {**os.environ, **(env or {})}
     return run_python([str(a) for a in arguments], cwd, stdin, environ, timeout)
+
+
+def start_python(
+    *arguments: str | Path,
+    cwd: Path | None = None,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> ForkedPython:
+    """python() started and left running, as subprocess.Popen leaves it."""
+    environ = {**os.environ, **(env or {})}
+    return ForkedPython([str(a) for a in arguments], cwd, stdin, environ)
 
 
 def compose_config(

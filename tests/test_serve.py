@@ -5,13 +5,9 @@ names the field and leave the server running, and SIGTERM stops it."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import config_of, run, tiny_checkpoint, toy_corpus
+from helpers import config_of, run, start_python, tiny_checkpoint, toy_corpus
 
 from seq2seq.analysis.attention import attention_of
 from seq2seq.config import DecodingConfig
@@ -43,15 +39,8 @@ class Server:
     def __init__(self, *overrides: str, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        # a file, not a pipe: a pipe nobody reads could fill and block the server
-        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115  (open while the server runs)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "seq2seq.serve", f"port={self.port}", *overrides],
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-            cwd=cwd,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        )
+        command = ["-m", "seq2seq.serve", f"port={self.port}", *overrides]
+        self.process = start_python(*command, cwd=cwd, env={"CUDA_VISIBLE_DEVICES": ""})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -67,8 +56,7 @@ class Server:
         return httpx.post(f"{self.url}/translate", json=body, timeout=60, **kwargs)
 
     def stderr(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        return self.process.output("stderr")
 
     def stop(self) -> tuple[int, str]:
         self.process.send_signal(signal.SIGTERM)

@@ -15,7 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF_DIR, ROOT, compose_config, few_pairs_overrides, python, run
+from commands import ForkedPython
+from helpers import (
+    CONF_DIR,
+    ROOT,
+    compose_config,
+    few_pairs_overrides,
+    python,
+    run,
+    start_python,
+)
 from hydra import compose, initialize_config_dir
 
 from seq2seq.cli import LAUNCHER_EXTRAS
@@ -140,26 +149,17 @@ def test_build_lock_removes_what_a_killed_builder_left(tmp_path: Path) -> None:
         assert not leftover.exists() and other.exists()
 
 
-def prepare_processes(shared_data: Path, cache: Path, count: int) -> list[subprocess.Popen]:
+def prepare_processes(shared_data: Path, cache: Path, count: int) -> list[ForkedPython]:
     overrides = [
         f"paths.data_dir={shared_data}",
         f"paths.cache_dir={cache}",
         "tokenizer.vocab_size=2000",
         "threads=1",
     ]
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "seq2seq.prepare", *overrides],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(count)
-    ]
+    return [start_python("-m", "seq2seq.prepare", *overrides, cwd=ROOT) for _ in range(count)]
 
 
-def built_by(processes: list[subprocess.Popen]) -> list[str]:
+def built_by(processes: list[ForkedPython]) -> list[str]:
     """What the processes say they built (`built: ...`) together, all of them having
     succeeded: each may have built some of the parts while others waited."""
     built = []
