@@ -1,13 +1,15 @@
-"""Starting `python -m seq2seq.<command>` (or a script) for the tests without the import each time.
+"""The tests' way of starting `python -m seq2seq.<command>` or a script: forked, not fresh.
 
 A fresh interpreter on a 2-core machine spends 9-10 s importing torch and Lightning before a
-command does anything, and the suite starts about a hundred commands. So each one runs in a child
-forked from multiprocessing's fork server: a fresh interpreter that has imported those libraries
-and the package's non-command modules once, and computed nothing (no thread pools to inherit).
-The child takes the caller's working directory, environment, argv and standard streams, runs the
-module as `__main__` through runpy as `python -m` does (or the script, as `python script.py`),
-and exits with its status. Tests of what happens before a command runs (the allocator restart,
-the console scripts, a fresh interpreter's imports) start a real interpreter instead.
+command does anything, and most of the suite's slow tests start one or more commands. So each
+one runs in a child forked from multiprocessing's fork server: a fresh interpreter that has
+imported those libraries and the package's non-command modules once and computed nothing (no
+thread pools to inherit). The child takes the caller's working directory, environment, argv and
+standard streams, runs the module as `__main__` through runpy as `python -m` does (or the
+script, as `python script.py`), ends as an interpreter ends and exits with its status; its
+sys.path is pytest's after the one entry `python` would put first. Tests of what happens before
+a command runs (the allocator restart, the console scripts, a fresh interpreter's imports)
+start a real interpreter instead.
 """
 
 from __future__ import annotations
