@@ -269,14 +269,20 @@ class DecodingConfig:
 
 
 def several_processes(trainer: dict) -> bool:
-    """Whether the trainer group starts more than one process (data parallelism)."""
+    """Whether the trainer group may start more than one process (data parallelism), reading
+    `devices` as Lightning does: a count, a list or a string of indices ("0,1"; "1," is device
+    1 alone), or -1 for every device. `auto` counts as one device, as it is on a CPU."""
     devices = trainer.get("devices", 1)
-    count = len(devices) if isinstance(devices, (list, tuple)) else 1
-    if str(devices).isdigit():
-        count = int(devices)
+    if isinstance(devices, str) and "," in devices:
+        devices = [index for index in devices.split(",") if index.strip()]
+    if isinstance(devices, (list, tuple)):
+        several_devices = len(devices) > 1
+    else:
+        text = str(devices).strip()
+        several_devices = text == "-1" or (text.isdigit() and int(text) > 1)
     strategy = str(trainer.get("strategy", "auto"))
     parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
-    return parallel or count > 1 or int(trainer.get("num_nodes", 1)) > 1
+    return parallel or several_devices or int(trainer.get("num_nodes", 1)) > 1
 
 
 @dataclass

@@ -15,6 +15,7 @@ from seq2seq.config import (
     TranslateConfig,
     VisualizeConfig,
     config_to_dict,
+    several_processes,
     validate_config,
 )
 from seq2seq.errors import ConfigError
@@ -161,6 +162,8 @@ def test_hour_preset_trains_the_whole_hour() -> None:
         (["cuda_graphs=8", "trainer.devices=2"], "cuda_graphs", "set trainer.devices=1"),
         (["cuda_graphs=8", 'trainer.devices="3"'], "cuda_graphs", "set trainer.devices=1"),
         (["cuda_graphs=8", "+trainer.strategy=ddp"], "cuda_graphs", "trainer.strategy=ddp"),
+        (["cuda_graphs=8", 'trainer.devices="0,1"'], "cuda_graphs", "set trainer.devices=1"),
+        (["cuda_graphs=8", "trainer.devices=-1"], "cuda_graphs", "set trainer.devices=1"),
         (["cuda_graphs=8", "compile=true"], "cuda_graphs", "set compile=false or cuda_graphs=0"),
     ],
 )
@@ -191,3 +194,25 @@ def test_config_to_dict_stores_enums_as_strings_and_round_trips() -> None:
     loaded = torch.load(buffer, weights_only=True)["config"]
     assert validate_config(OmegaConf.create(loaded)) == config
     assert loaded["model"]["attention"]["encoder_self"]["score"] == Score.scaled_dot.value
+
+
+@pytest.mark.parametrize(
+    ("devices", "several"),
+    [
+        (1, False),
+        ("1", False),
+        ("1,", False),
+        ([0], False),
+        ("auto", False),
+        (2, True),
+        ("3", True),
+        ("0,1", True),
+        ([0, 1], True),
+        (-1, True),
+        ("-1", True),
+    ],
+)
+def test_several_processes_reads_devices_as_lightning_does(devices, several: bool) -> None:
+    assert several_processes({"devices": devices}) is several
+    assert several_processes({"devices": devices, "num_nodes": 2}) is True
+    assert several_processes({"devices": devices, "strategy": "ddp_spawn"}) is True
