@@ -93,19 +93,6 @@ class ForkedPython:
             self._streams.cleanup()
 
 
-def run_python(
-    arguments: list[str],
-    cwd: Path | None,
-    stdin: str | None,
-    environ: dict[str, str],
-    timeout: float,
-) -> subprocess.CompletedProcess:
-    """ForkedPython run to its end: output captured as text, as subprocess.run gives it."""
-    child = ForkedPython(arguments, cwd, stdin, environ)
-    stdout, stderr = child.communicate(timeout)
-    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-
-
 def _run_python(
     arguments: list[str], cwd: str, environ: dict[str, str], paths: dict[str, Path]
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from commands import ForkedPython, run_python
+from commands import ForkedPython
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONF_DIR, RootConfig, config_to_dict, group_config, validate_config
@@ -73,8 +73,9 @@ def python(
     """`python <arguments>` (`-m module ...` or `script.py ...`) in `cwd`, output captured, as
     subprocess.run would start it but forked from a process that has imported torch and
     Lightning already (tests/commands.py): 9-10 s less per command on a 2-core machine."""
-    environ = {**os.environ, **(env or {})}
-    return run_python([str(a) for a in arguments], cwd, stdin, environ, timeout)
+    child = start_python(*arguments, cwd=cwd, stdin=stdin, env=env)
+    stdout, stderr = child.communicate(timeout)
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
 def start_python(
