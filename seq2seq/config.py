@@ -202,6 +202,7 @@ class OptimConfig:
     warmup_steps: int
     decay: str  # after warmup: inverse_sqrt | linear (to 0 at the end of the training budget)
     label_smoothing: float
+    r_drop: float  # R-Drop's alpha: two passes per batch, their symmetric KL (0: off)
 
     def check(self) -> None:
         require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
@@ -216,6 +217,7 @@ class OptimConfig:
             "optim.label_smoothing",
             f"must be in [0, 1), got {self.label_smoothing}",
         )
+        require(self.r_drop >= 0, "optim.r_drop", f"must be >= 0 (0: off), got {self.r_drop}")
 
 
 @dataclass
@@ -344,6 +346,17 @@ class RootConfig:
             "optim.decay",
             "linear decays to 0 at the end of the training budget, and this run has none: set "
             "trainer.max_steps or trainer.max_time, or use optim.decay=inverse_sqrt",
+        )
+        model = self.model
+        require(
+            self.optim.r_drop == 0
+            or max(model.dropout, model.attention_dropout, model.activation_dropout) > 0
+            or model.token_replacement > 0,
+            "optim.r_drop",
+            f"{self.optim.r_drop} compares two passes that differ by their dropout masks, and "
+            "this model draws none (model.dropout, attention_dropout, activation_dropout and "
+            "token_replacement are 0): its penalty would be 0 at twice the cost. Set "
+            "model.dropout > 0, or optim.r_drop=0",
         )
         require(
             self.data.bpe_dropout == 0 or self.tokenizer.model_type == "bpe",
@@ -626,7 +639,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "bpe_dropout": 0.0,
         **saved["data"],
     }
-    upgraded["optim"] = {"decay": "inverse_sqrt", **saved["optim"]}
+    upgraded["optim"] = {"decay": "inverse_sqrt", "r_drop": 0.0, **saved["optim"]}
     model = saved["model"]
     upgraded["model"] = {
         "block": copy.deepcopy(EVERY_SUBLAYER),

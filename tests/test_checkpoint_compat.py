@@ -149,7 +149,7 @@ def old_config() -> dict:
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["threads"], config["cuda_graphs"]
-    del config["optim"]["decay"]
+    del config["optim"]["decay"], config["optim"]["r_drop"]
     return config
 
 
@@ -218,6 +218,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.cuda_graphs == 0  # likewise: trained eagerly
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
+    assert trained.config.optim.r_drop == 0.0  # one pass per batch, as then
     direct = direct_model(old_weights(0))
     src, tgt = batch()
     with torch.no_grad():
@@ -232,6 +233,20 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert [[h.tokens for h in n] for n in loaded.search(src, beam)] == [
         [h.tokens for h in n] for n in expected
     ]
+
+
+def test_an_export_directory_with_an_old_config_loads(sentencepiece: bytes, tmp_path: Path) -> None:
+    """seq2seq_export.json records the training config as the export's version wrote it."""
+    from seq2seq.decoding.ctranslate2_backend import export_model, read_metadata, training_config
+
+    directory = tmp_path / "ct2"
+    tokenizer = Tokenizer(sentencepiece, sentencepiece)
+    model = Transformer(compose_config().model, VOCAB, VOCAB, True, **SPECIAL_IDS)
+    export_model(model, tokenizer, directory, metadata={"config": old_config()})  # old: additive
+    config = training_config(directory, read_metadata(directory))
+    assert config.optim.r_drop == 0.0 and config.optim.decay == "inverse_sqrt"
+    assert config.model.token_replacement == 0.0 and config.cuda_graphs == 0
+    assert config.data.bpe_dropout == 0.0 and config.decoding.search == "beam"
 
 
 def test_average_of_two_old_checkpoints(sentencepiece: bytes, tmp_path: Path) -> None:

@@ -118,6 +118,8 @@ def test_hour_preset_trains_the_whole_hour() -> None:
         (["model.encoder_layers=0"], "model.encoder_layers", ">= 1"),
         (["model.token_replacement=1.0"], "model.token_replacement", "must be in [0, 1)"),
         (["optim.decay=cosine"], "optim.decay", "use inverse_sqrt or linear"),
+        (["optim.r_drop=-1"], "optim.r_drop", "must be >= 0"),
+        (["optim.r_drop=1", "model.dropout=0"], "optim.r_drop", "model.dropout > 0"),
         (["optim=adam_linear_decay"], "optim.decay", "set trainer.max_steps or trainer.max_time"),
         (["data.src_lang=xx"], "data.src_lang", "unknown language 'xx'"),
         (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),

@@ -124,15 +124,18 @@ def graph_batch(sentences: int, src_len: int, tgt_len: int, vocab: int = 60) -> 
     return Batch(src, tgt[:, :-1].contiguous(), tgt_out, index, int((tgt_out != PAD_ID).sum()))
 
 
+@pytest.mark.parametrize("r_drop", [None, 1.0], ids=["one_pass", "r_drop"])
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_a_graphed_step_gives_the_eager_steps_loss_and_gradients(dropout: float, bf16: bool):
+def test_a_graphed_step_gives_the_eager_steps_loss_and_gradients(
+    dropout: float, bf16: bool, r_drop: float | None
+):
     """Each new batch shape is captured, a known one replayed, and every step's loss and
     gradients are the eager training step's (Transformer.loss selecting the scored
     positions) from the same seed: dropout masks included, the replay reads the seed."""
     model = configured_model(vocab=60, dropout=dropout).cuda().train()
     parameters = list(model.parameters())
-    graphed = GraphedLoss(model, 0.1, max_shapes=8)
+    graphed = GraphedLoss(model, 0.1, r_drop, max_shapes=8)
 
     def step(batch: Batch, graph: bool) -> list[torch.Tensor]:
         torch.manual_seed(11)
@@ -140,7 +143,7 @@ def test_a_graphed_step_gives_the_eager_steps_loss_and_gradients(dropout: float,
             if graph:
                 loss = graphed(batch, lambda: torch.manual_seed(11))
             else:
-                loss = model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1)
+                loss = model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1, r_drop=r_drop)
         loss.backward()
         values = [loss.detach().clone(), *(p.grad.clone() for p in parameters)]
         model.zero_grad(set_to_none=True)
@@ -160,7 +163,7 @@ def test_a_graphed_update_does_not_wait_for_the_host() -> None:
     fused AdamW) runs with CUDA's sync debug mode set to error."""
     model = configured_model(vocab=60, dropout=0.1).cuda().train()
     optimizer = adamw(model, config_of("optim/adam_inverse_sqrt", OptimConfig, fused=True))
-    graphed = GraphedLoss(model, 0.1, max_shapes=8)
+    graphed = GraphedLoss(model, 0.1, None, max_shapes=8)
     batch = graph_batch(5, 8, 9)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = graphed(batch, lambda: None)  # the capture

@@ -89,3 +89,62 @@ def test_ignored_rows_add_nothing_to_loss_or_gradients(chunk_rows: int) -> None:
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert torch.equal(grads[0][~kept], torch.zeros_like(grads[0][~kept]))
+
+
+def r_drop_reference(hidden, weight, target, smoothing: float, alpha: float, pad=None):
+    """R-Drop's loss on full logits through autograd, halved: per scored row, the mean of the
+    two passes' cross-entropies plus alpha / 4 * (KL(P1||P2) + KL(P2||P1))."""
+    n = target.shape[0]
+    log_p = (hidden @ weight.T).log_softmax(dim=-1).unflatten(0, (2, n))  # (2, N, V)
+    scored = torch.ones(n, dtype=torch.bool) if pad is None else target != pad
+    ce = [
+        F.nll_loss(log_p[k], target, reduction="none") * (1 - smoothing)
+        - log_p[k].mean(dim=-1) * smoothing
+        for k in range(2)
+    ]
+    kl = F.kl_div(log_p[1], log_p[0], log_target=True, reduction="none").sum(-1) + F.kl_div(
+        log_p[0], log_p[1], log_target=True, reduction="none"
+    ).sum(-1)
+    return ((ce[0] + ce[1]) / 2 + alpha / 4 * kl)[scored].sum()
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("alpha", [0.0, 0.7, 5.0])
+@pytest.mark.parametrize("chunk_rows", [1, 8, 512])
+def test_r_drop_loss_and_gradients_equal_the_full_logits_reference(
+    smoothing: float, alpha: float, chunk_rows: int
+) -> None:
+    hidden, weight, target = inputs(rows=2 * 37)
+    target = target[:37]
+    pad = int(target[5])  # some rows are padding, in both passes
+    for ignore_index in (None, pad):
+        expected = r_drop_reference(hidden, weight, target, smoothing, alpha, ignore_index)
+        loss = label_smoothed_cross_entropy(
+            hidden, weight, target, smoothing, chunk_rows, ignore_index, r_drop=alpha
+        )
+        torch.testing.assert_close(loss, expected, rtol=1e-9, atol=1e-9)
+        got = torch.autograd.grad(2.5 * loss, (hidden, weight))
+        want = torch.autograd.grad(2.5 * expected, (hidden, weight))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                label_smoothed_cross_entropy(
+                    hidden, weight, target, smoothing, chunk_rows, ignore_index, r_drop=alpha
+                ),
+                expected.detach(),
+            )
+
+
+def test_r_drop_of_two_equal_passes_is_the_plain_loss() -> None:
+    """Where the passes agree (no dropout) the penalty is 0: the loss is the one pass's, and
+    each pass's rows get half of that pass's gradient."""
+    hidden, weight, target = inputs()
+    twice = torch.cat([hidden, hidden]).detach().requires_grad_(True)
+    r_drop = label_smoothed_cross_entropy(twice, weight, target, 0.1, 8, r_drop=3.0)
+    plain = label_smoothed_cross_entropy(hidden, weight, target, 0.1, 8)
+    torch.testing.assert_close(r_drop, plain, rtol=1e-12, atol=1e-12)
+    (grad_twice,) = torch.autograd.grad(r_drop, twice)
+    (grad_plain,) = torch.autograd.grad(plain, hidden)
+    torch.testing.assert_close(grad_twice[:37] + grad_twice[37:], grad_plain)
+    torch.testing.assert_close(grad_twice[:37], grad_twice[37:])

@@ -14,6 +14,7 @@ from helpers import (
     config_of,
     few_pairs_overrides,
     python,
+    random_batch,
     run,
     toy_tokenizer,
     write_lines,
@@ -409,6 +410,31 @@ def test_resume_restores_epoch_step_optimizer_and_schedule(
     assert scheduler["last_epoch"] == 3 * steps_per_epoch  # the schedule went on, not restarted
     adam_steps = next(iter(resumed["optimizer_states"][0]["state"].values()))["step"]
     assert int(adam_steps) == 3 * steps_per_epoch
+
+
+def test_training_steps_take_r_drops_loss_and_validation_the_plain_one() -> None:
+    from seq2seq.data.batching import Batch
+
+    config = compose_config(["model=transformer_tiny", "model.dropout=0.3", "optim.r_drop=1.5"])
+    module = TranslationModule(config, toy_tokenizer(60))
+    src, tgt = random_batch(60)
+    tokens = int((tgt[:, 1:] != 0).sum())
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], torch.arange(3), tokens)
+    model = module.model
+
+    def seeded(loss_fn) -> torch.Tensor:
+        torch.manual_seed(3)
+        return loss_fn()
+
+    summed = seeded(lambda: model.loss(src, tgt[:, :-1], tgt[:, 1:], 0.1, r_drop=1.5))
+    assert seeded(lambda: module.loss(batch)[0]) == summed / tokens
+    module.eval()
+    plain = model.loss(src, tgt[:, :-1], tgt[:, 1:], 0.1)
+    assert module.loss(batch)[0] == plain / tokens and module.r_drop == 1.5
+    assert (
+        compose_config().optim.r_drop == 0
+        and TranslationModule(compose_config(), toy_tokenizer(60)).r_drop is None
+    )  # off by default: one pass
 
 
 def test_config_values_that_cannot_work(tmp_path: Path) -> None:

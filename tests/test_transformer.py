@@ -120,6 +120,45 @@ def test_static_shape_loss_of_a_padded_batch_equals_the_loss_of_the_unpadded_one
             torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_r_drop_loss_is_r_drops_loss_of_the_batch_run_twice_with_its_own_masks(
+    static: bool,
+) -> None:
+    """In training, the two passes are the batch repeated as 2B pairs in one forward (so each
+    copy draws its own dropout masks): the loss equals R-Drop's on the logits of that forward,
+    drawn from the same seed, and the passes differ."""
+    model = tiny(dropout=0.3).train()
+    src, tgt = batch()
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:].clone()
+    tgt_out[0, 3:] = PAD_ID  # sentence 0 is shorter
+    torch.manual_seed(5)
+    loss = model.loss(src, tgt_in, tgt_out, 0.1, static_shapes=static, r_drop=2.0)
+    torch.manual_seed(5)
+    log_p = model(src.repeat(2, 1), tgt_in.repeat(2, 1)).log_softmax(-1).unflatten(0, (2, 3))
+    scored = tgt_out != PAD_ID
+    ce = [
+        F.cross_entropy(log_p[k][scored], tgt_out[scored], label_smoothing=0.1, reduction="sum")
+        for k in range(2)
+    ]
+    p = log_p.exp()
+    kl = ((p[0] - p[1]) * (log_p[0] - log_p[1])).sum(-1)[scored].sum()
+    assert kl > 0.01  # the two copies drew different masks
+    torch.testing.assert_close(loss, (ce[0] + ce[1]) / 2 + 2.0 / 4 * kl, atol=1e-4, rtol=1e-5)
+
+
+def test_r_drop_without_dropout_gives_the_plain_loss_and_gradients() -> None:
+    model = tiny()  # eval(), dropout 0: the two passes are equal, the penalty 0
+    src, tgt = batch()
+    inputs = (src, tgt[:, :-1], tgt[:, 1:])
+
+    def loss_and_grads(**r_drop: float) -> tuple[torch.Tensor, ...]:
+        loss = model.loss(*inputs, 0.1, **r_drop)
+        return loss, *torch.autograd.grad(loss, list(model.parameters()))
+
+    for got, want in zip(loss_and_grads(r_drop=1.0), loss_and_grads(), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
     model = tiny()
     shared = model.tgt_embedding.tokens.weight

@@ -53,7 +53,9 @@ def graphed_copy(ours: System, config: RootConfig) -> System:
     from seq2seq.training.cuda_graphs import GraphedLoss
 
     module = copy.deepcopy(ours.model)
-    graphed = GraphedLoss(module.model, config.optim.label_smoothing, max_shapes=1024)
+    graphed = GraphedLoss(
+        module.model, config.optim.label_smoothing, module.r_drop, max_shapes=1024
+    )
     return System(module, lambda batch: graphed(batch, lambda: None) / batch.tgt_tokens)
 
 

@@ -387,26 +387,35 @@ class Transformer(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float,
         static_shapes: bool = False,
+        r_drop: float | None = None,
     ) -> Tensor:
         """Summed label-smoothed cross-entropy of the next tokens tgt_out (B, T), padding
         ignored. The output projection is fused into the loss (seq2seq/loss.py): the (B, T, V)
         logits never exist whole. `static_shapes` scores every position, padding weighted 0,
         rather than selecting the scored ones: no shape depends on the data (a CUDA graph
-        needs that), for the cost of the padding's rows."""
+        needs that), for the cost of the padding's rows. With `r_drop` (alpha) the batch runs
+        twice as one of 2B pairs, each copy with its own dropout masks: R-Drop's loss."""
+        if r_drop is not None:
+            src, tgt_in = src.repeat(2, 1), tgt_in.repeat(2, 1)
         memory, src_mask = self.encode(src)
-        states, _ = self.decode(tgt_in, memory, src_mask)  # (B, T, d)
+        states, _ = self.decode(tgt_in, memory, src_mask)  # (B or 2B, T, d)
         weight = self.output_projection.weight
         if static_shapes:
             return label_smoothed_cross_entropy(
-                states.flatten(0, 1),  # (B * T, d)
+                states.flatten(0, 1),  # (B * T or 2B * T, d)
                 weight,
                 tgt_out.flatten(),
                 label_smoothing,
                 ignore_index=self.pad_id,
+                r_drop=r_drop,
             )
         scored = tgt_out != self.pad_id
         return label_smoothed_cross_entropy(
-            states[scored], weight, tgt_out[scored], label_smoothing
+            states[scored if r_drop is None else scored.repeat(2, 1)],
+            weight,
+            tgt_out[scored],
+            label_smoothing,
+            r_drop=r_drop,
         )
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:

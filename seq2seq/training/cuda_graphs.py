@@ -33,22 +33,28 @@ WARMUP_STEPS = 2  # eager steps on the capture's side stream before it (cuBLAS, 
 class SummedLoss(nn.Module):
     """The summed training loss of a batch, a function of tensors alone (what a graph holds)."""
 
-    def __init__(self, model: Transformer, label_smoothing: float) -> None:
+    def __init__(self, model: Transformer, label_smoothing: float, r_drop: float | None) -> None:
         super().__init__()
-        self.model, self.label_smoothing = model, label_smoothing
+        self.model, self.label_smoothing, self.r_drop = model, label_smoothing, r_drop
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        return self.model.loss(src, tgt_in, tgt_out, self.label_smoothing, static_shapes=True)
+        return self.model.loss(
+            src, tgt_in, tgt_out, self.label_smoothing, static_shapes=True, r_drop=self.r_drop
+        )
 
 
 class GraphedLoss:
     """The summed loss of training batches through CUDA graphs, captured per batch shape up
-    to `max_shapes` of them; batches of further shapes run eagerly (the static-shape loss)."""
+    to `max_shapes` of them; batches of further shapes run eagerly (the static-shape loss).
+    `r_drop`: R-Drop's alpha, or None (Transformer.loss)."""
 
-    def __init__(self, model: Transformer, label_smoothing: float, max_shapes: int) -> None:
-        self.model, self.label_smoothing, self.max_shapes = model, label_smoothing, max_shapes
+    def __init__(
+        self, model: Transformer, label_smoothing: float, r_drop: float | None, max_shapes: int
+    ) -> None:
+        self.model, self.label_smoothing, self.r_drop = model, label_smoothing, r_drop
+        self.max_shapes = max_shapes
         self.graphs: dict[tuple[int, ...], SummedLoss] = {}  # not submodules: no state dict
-        self._eager = SummedLoss(model, label_smoothing)
+        self._eager = SummedLoss(model, label_smoothing, r_drop)
         self._full_logged = False
 
     def __call__(self, batch: Batch, reseed: Callable[[], None]) -> Tensor:
@@ -91,7 +97,7 @@ class GraphedLoss:
         static_inputs = tuple(t.clone() for t in inputs)
         with autocast:
             return torch.cuda.make_graphed_callables(
-                SummedLoss(self.model, self.label_smoothing),
+                SummedLoss(self.model, self.label_smoothing, self.r_drop),  # its own forward
                 static_inputs,
                 num_warmup_iters=WARMUP_STEPS,
                 allow_unused_input=True,

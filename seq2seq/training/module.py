@@ -38,10 +38,20 @@ class TranslationModule(pl.LightningModule):
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
         self._graphed: GraphedLoss | None = None  # the training loss through CUDA graphs
 
+    @property
+    def r_drop(self) -> float | None:
+        """R-Drop's alpha for training steps (optim.r_drop), None when off."""
+        return self.config.optim.r_drop or None
+
     def loss(self, batch: Batch) -> tuple[Tensor, int]:
-        """Label-smoothed cross-entropy per target token; padding ignored."""
+        """Label-smoothed cross-entropy per target token (with R-Drop's penalty in training
+        when optim.r_drop is set); padding ignored."""
         loss = self.model.loss(
-            batch.src, batch.tgt_in, batch.tgt_out, self.config.optim.label_smoothing
+            batch.src,
+            batch.tgt_in,
+            batch.tgt_out,
+            self.config.optim.label_smoothing,
+            r_drop=self.r_drop if self.training else None,  # validation: one pass
         )
         tokens = batch.tgt_tokens
         return loss / tokens, tokens
@@ -55,7 +65,7 @@ class TranslationModule(pl.LightningModule):
                 "graphs need a CUDA GPU (trainer=gpu), so set cuda_graphs=0 here",
             )
             self._graphed = GraphedLoss(
-                self.model, self.config.optim.label_smoothing, self.config.cuda_graphs
+                self.model, self.config.optim.label_smoothing, self.r_drop, self.config.cuda_graphs
             )
 
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
