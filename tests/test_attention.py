@@ -68,15 +68,18 @@ def test_static_cache_reuses_keys_and_values() -> None:
     torch.testing.assert_close(cached, direct.repeat_interleave(2, 0), atol=1e-6, rtol=1e-6)
 
 
-def bf16_training_pass(attention: MultiHeadAttention, rule: bool) -> tuple[Tensor, Tensor, set]:
-    """Output, query-projection gradient and the aten ops of a bf16 autocast step on a CPU."""
+def training_pass(
+    attention: MultiHeadAttention, rule: bool, bf16: bool
+) -> tuple[Tensor, Tensor, set]:
+    """Output, query-projection gradient and the aten ops of a training step on a CPU (under
+    bf16 autocast or in fp32)."""
     torch.manual_seed(1)
     query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
     mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
     mask[1, ..., 4:] = False
     attention.zero_grad()
     kernels = contextlib.nullcontext() if rule else preferred_kernels_off()
-    with profile() as profiler, kernels, torch.autocast("cpu", dtype=torch.bfloat16):
+    with profile() as profiler, kernels, torch.autocast("cpu", torch.bfloat16, enabled=bf16):
         out, _ = attention(query, key_value, mask)
         out.float().square().sum().backward()
     ops = {event.name for event in profiler.events()}
@@ -87,14 +90,21 @@ def relative_error(actual: Tensor, expected: Tensor) -> float:
     return float((actual - expected).norm() / expected.norm())
 
 
-def test_bf16_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results() -> None:
+@pytest.mark.parametrize(("bf16", "tolerance"), [(True, 2e-2), (False, 1e-5)], ids=["bf16", "fp32"])
+def test_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results(
+    bf16: bool, tolerance: float
+) -> None:
     ours = make().train()  # the rule applies while training; dropout is 0: results comparable
-    out_math, grad_math, ops_math = bf16_training_pass(ours, rule=True)
-    out_flash, grad_flash, ops_flash = bf16_training_pass(ours, rule=False)
+    out_math, grad_math, ops_math = training_pass(ours, rule=True, bf16=bf16)
+    out_flash, grad_flash, ops_flash = training_pass(ours, rule=False, bf16=bf16)
     flash = "aten::_scaled_dot_product_flash_attention_for_cpu"
     assert flash in ops_flash and flash not in ops_math
-    assert relative_error(out_math, out_flash) < 1e-2
-    assert relative_error(grad_math, grad_flash) < 2e-2
+    assert relative_error(out_math, out_flash) < tolerance / 2
+    assert relative_error(grad_math, grad_flash) < tolerance
+    query = torch.randn(3, 5, 32)
+    with profile() as profiler, torch.no_grad(), torch.autocast("cpu", enabled=bf16):
+        ours.eval()(query, query)  # decoding keeps torch's choice
+    assert flash in {event.name for event in profiler.events()}
 
 
 def sdpa_backends_enabled() -> dict[str, bool]:

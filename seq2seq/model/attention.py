@@ -21,13 +21,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from seq2seq.model.config import Score
 from seq2seq.model.dropout import dropout
 
-# SDPA kernels where torch's own choice was measured slower (docs/performance.md). In bf16 on a
-# CPU, while training: the flash kernel's backward dominates our step and the math kernel trains
-# faster (fp32 stays on torch's choice, flash). On a CUDA GPU, always: cuDNN's kernel, torch's
+# SDPA kernels where torch's own choice was measured slower (docs/performance.md). On a CPU,
+# while training: the flash kernel's backward dominates our bf16 step, and the math kernel
+# trains faster, in fp32 too at d_k 32 (Wu et al.'s model; no slower at transformer_small's 64);
+# decoding keeps torch's choice. On a CUDA GPU, always: cuDNN's kernel, torch's
 # first choice on an H100, builds a graph for every new shape, and every batch and decoding step
 # brings new lengths; without it the first epoch trained about 7x faster.
 TRAINING_KERNELS: dict[tuple[str, torch.dtype], list[SDPBackend]] = {
     ("cpu", torch.bfloat16): [SDPBackend.MATH],
+    ("cpu", torch.float32): [SDPBackend.MATH],
 }
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 _preferred_on = True
