@@ -47,20 +47,29 @@ def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
-def _smoothed_rows(
-    logits: Tensor, t: Tensor, smoothing: float, grads: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Per-row label-smoothed cross-entropy of logits (n, V) and its gradient (n, V)."""
-    vocab = logits.shape[-1]
-    log_z = logits.logsumexp(dim=-1, keepdim=True)  # (n, 1)
-    nll = log_z - logits.gather(1, t)
-    uniform = log_z - logits.mean(dim=-1, keepdim=True)
-    rows = (1.0 - smoothing) * nll + smoothing * uniform  # (n, 1)
+def _smoothed_chunk(
+    h: Tensor, w: Tensor, t: Tensor, c: Tensor | None, smoothing: float, grads: bool
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """One chunk of the plain loss: the rows' losses (n, 1) weighted by c (0 for padding) and,
+    when `grads`, the gradient with respect to the logits less its constant -c * s / V, held as
+    g (n, V) and a row scale (n, 1): c * (softmax - (1 - s) * onehot(t)) = scale * g. The
+    row's max is subtracted and exp taken in place, and g is that exp with -(1 - s) * sum at
+    the target: fewer passes over the (n, V) chunk than logsumexp, softmax and a subtraction."""
+    exact = torch.promote_types(h.dtype, torch.float32)  # softmax and sums: fp32 at least
+    logits = (h @ w.T).to(exact)  # (n, V)
+    logits.sub_(logits.amax(dim=-1, keepdim=True))  # exp <= 1
+    mean = logits.mean(dim=-1, keepdim=True)
+    picked = logits.gather(1, t)
+    e = logits.exp_()
+    total = e.sum(dim=-1, keepdim=True)  # (n, 1)
+    log_z = total.log()
+    rows = (1.0 - smoothing) * (log_z - picked) + smoothing * (log_z - mean)
+    if c is not None:
+        rows = rows * c
     if not grads:
-        return rows, None
-    grad = torch.softmax(logits, dim=-1).sub_(smoothing / vocab)
-    grad.scatter_add_(1, t, torch.full_like(nll, smoothing - 1.0))
-    return rows, grad
+        return rows, None, None
+    e.scatter_add_(1, t, total * (smoothing - 1.0))  # one entry per row: deterministic
+    return rows, e, total.reciprocal() if c is None else c / total
 
 
 def _r_drop_rows(
@@ -102,38 +111,80 @@ def _chunked_loss(
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """Summed loss and, when `grads`, d loss / d hidden and d loss / d weight; rows whose
     target is `ignore_index` count 0 towards both. With `r_drop` (alpha), hidden (2N, d) holds
-    two passes of the N targets: R-Drop's loss, the same rows of both passes in one chunk."""
+    two passes of the N targets: R-Drop's loss, the same rows of both passes in one chunk.
+
+    The plain loss's gradient with respect to the logits, c * (softmax - s / V - (1 - s) *
+    onehot(target)) for a row weighted c, enters both matmuls without its constant term and
+    with its row scale applied after (`_smoothed_chunk`); the constant's share is a sum of the
+    weight's rows, s / V * sum_v w_v, for d hidden and of the hidden states', s / V * sum_i c_i
+    h_i on every row, for d weight."""
+    if r_drop is not None:
+        return _chunked_r_drop_loss(
+            hidden, weight, target, smoothing, chunk_rows, grads, ignore_index, r_drop
+        )
     dtype = _compute_dtype(hidden.device, hidden.dtype)
-    passes = 1 if r_drop is None else 2
+    exact = torch.promote_types(dtype, torch.float32)
+    constant = smoothing / weight.shape[0]
+    w = weight.to(dtype)
+    loss = torch.zeros((), dtype=exact, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if grads else None
+    grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
+    h_sum = torch.zeros(weight.shape[1], dtype=exact, device=hidden.device)  # sum_i c_i h_i
+    w_share = constant * weight.sum(dim=0, dtype=exact) if grads else None  # (d,)
+    with torch.autocast(hidden.device.type, enabled=False):
+        for start in range(0, target.shape[0], chunk_rows):
+            rows_of = slice(start, start + chunk_rows)
+            h = hidden[rows_of].to(dtype)  # (n, d)
+            t = target[rows_of, None]  # (n, 1)
+            c = None if ignore_index is None else (t != ignore_index).to(exact)
+            rows, g, scale = _smoothed_chunk(h, w, t, c, smoothing, grads)
+            loss += rows.sum()
+            if grads:
+                g = g.to(dtype)
+                grad_h = (g @ w).to(exact).mul_(scale)
+                grad_hidden[rows_of] = grad_h.sub_(w_share if c is None else c * w_share)
+                grad_weight += g.T @ (h * scale).to(dtype)
+                h_sum += h.sum(dim=0, dtype=exact) if c is None else (h * c).sum(dim=0)
+    if grads:
+        grad_weight -= constant * h_sum
+    return loss, grad_hidden, grad_weight
+
+
+def _chunked_r_drop_loss(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    smoothing: float,
+    chunk_rows: int,
+    grads: bool,
+    ignore_index: int | None,
+    r_drop: float,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """`_chunked_loss` of R-Drop: hidden (2N, d) holds two passes of the N targets, the same
+    rows of both passes in one chunk; the gradient with respect to the logits is formed."""
+    dtype = _compute_dtype(hidden.device, hidden.dtype)
     targets = target.shape[0]
-    exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: fp32 at least
+    exact = torch.promote_types(dtype, torch.float32)
     w = weight.to(dtype)
     loss = torch.zeros((), dtype=exact, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if grads else None
     grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
     with torch.autocast(hidden.device.type, enabled=False):
         for start in range(0, targets, chunk_rows):
-            rows_of = [
-                slice(k * targets + start, k * targets + min(start + chunk_rows, targets))
-                for k in range(passes)
-            ]  # this chunk's rows of each pass
-            h = hidden[rows_of[0]] if passes == 1 else torch.cat([hidden[r] for r in rows_of])
-            h = h.to(dtype)  # (passes * n, d)
-            t = target[start : start + chunk_rows, None]  # (n, 1)
-            logits = (h @ w.T).to(exact)  # (passes * n, V)
-            if r_drop is None:
-                rows, grad = _smoothed_rows(logits, t, smoothing, grads)
-            else:
-                rows, grad = _r_drop_rows(logits.unflatten(0, (2, -1)), t, smoothing, r_drop, grads)
+            end = min(start + chunk_rows, targets)
+            rows_of = (slice(start, end), slice(targets + start, targets + end))
+            h = torch.cat([hidden[r] for r in rows_of]).to(dtype)  # (2n, d)
+            t = target[start:end, None]  # (n, 1)
+            logits = (h @ w.T).to(exact).unflatten(0, (2, -1))  # (2, n, V)
+            rows, grad = _r_drop_rows(logits, t, smoothing, r_drop, grads)
             scored = None if ignore_index is None else (t != ignore_index).to(exact)
             loss += (rows if scored is None else rows * scored).sum()
             if grads:
                 if scored is not None:
                     grad.mul_(scored)
-                grad = grad.flatten(0, -2).to(dtype)  # (passes * n, V)
+                grad = grad.flatten(0, 1).to(dtype)  # (2n, V)
                 grad_h = grad @ w
-                for k, r in enumerate(rows_of):
-                    grad_hidden[r] = grad_h[k * (r.stop - r.start) : (k + 1) * (r.stop - r.start)]
+                grad_hidden[rows_of[0]], grad_hidden[rows_of[1]] = grad_h.chunk(2)
                 grad_weight += grad.T @ h
     return loss, grad_hidden, grad_weight
 
