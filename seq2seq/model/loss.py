@@ -129,8 +129,9 @@ def _chunked_loss(
     loss = torch.zeros((), dtype=exact, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if grads else None
     grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
-    h_sum = torch.zeros(weight.shape[1], dtype=exact, device=hidden.device)  # sum_i c_i h_i
-    w_share = constant * weight.sum(dim=0, dtype=exact) if grads else None  # (d,)
+    if grads:
+        h_sum = torch.zeros(weight.shape[1], dtype=exact, device=hidden.device)  # sum_i c_i h_i
+        w_share = constant * weight.sum(dim=0, dtype=exact)  # (d,)
     with torch.autocast(hidden.device.type, enabled=False):
         for start in range(0, target.shape[0], chunk_rows):
             rows_of = slice(start, start + chunk_rows)
