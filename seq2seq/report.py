@@ -4,7 +4,7 @@ runs, written only where asked (no outputs/ run directory, no log file).
 - `sweep=`: the ablation table of a sweep, with the variance over seeds and each variant's
   paired bootstrap test against `baseline=` (seq2seq.analysis.ablation): ablation.md, .csv and
   .png in the sweep directory, or in `output=`.
-- `runs=`: validation BLEU of training runs at every update where all of them validated, with
+- `runs=`: validation BLEU of training runs at every update where any of them validated, with
   each run's best so far (seq2seq.analysis.learning_curves); `output=<dir>` also writes
   validation_bleu.md and .png there.
 """

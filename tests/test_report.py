@@ -84,7 +84,7 @@ def run_dir(tmp_path: Path, name: str, rows: str) -> Path:
     return directory
 
 
-def test_runs_table_at_common_steps_with_best_so_far(tmp_path: Path) -> None:
+def test_runs_table_at_every_validated_step_with_best_so_far(tmp_path: Path) -> None:
     fast = run_dir(tmp_path, "fast", "0,10,5.0,\n0,10,,3.5\n1,20,,2.25\n2,30,,4.0\n")
     slow = run_dir(tmp_path, "slow", "0,10,,3.0\n1,20,,3.75\n")
     result = report(f"runs={{bf16:{fast},fp32:{slow}}}", f"output={tmp_path / 'c'}")
@@ -95,11 +95,28 @@ def test_runs_table_at_common_steps_with_best_so_far(tmp_path: Path) -> None:
     assert result.stdout.splitlines()[2:] == [
         "| 10 | 3.50 (3.50) | 3.00 (3.00) |",
         "| 20 | 2.25 (3.50) | 3.75 (3.75) |",
+        "| 30 | 4.00 (4.00) | - |",
     ]
     assert (tmp_path / "c" / "validation_bleu.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "c" / "validation_bleu.md").read_text() == result.stdout
     listed = report(f"runs=[{fast},{slow}]")
     assert listed.returncode == 0 and f"| step | {fast} val BLEU (best so far) |" in listed.stdout
+
+
+def test_runs_whose_epochs_end_at_different_updates_still_compare(tmp_path: Path) -> None:
+    """Another vocabulary changes the updates per epoch: no update is shared, yet every
+    validation gets a row, with each run's best up to it."""
+    eight = run_dir(tmp_path, "eight", "0,130,,20.5\n1,260,,28.5\n")
+    ten = run_dir(tmp_path, "ten", "0,127,,21.75\n1,254,,19.0\n2,381,,30.0\n")
+    result = report(f"runs={{v8k:{eight},v10k:{ten}}}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2:] == [
+        "| 127 | - | 21.75 (21.75) |",
+        "| 130 | 20.50 (20.50) | - (21.75) |",
+        "| 254 | - (20.50) | 19.00 (21.75) |",
+        "| 260 | 28.50 (28.50) | - (21.75) |",
+        "| 381 | - | 30.00 (30.00) |",
+    ]
 
 
 @pytest.mark.parametrize(

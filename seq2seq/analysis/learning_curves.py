@@ -81,16 +81,27 @@ def validation_bleu(run_dir: Path) -> dict[int, float]:
     return points
 
 
+def _curve_cell(points: dict[int, float], step: int) -> str:
+    """The run's BLEU at `step` and its best up to it: `-` where it did not validate there,
+    and nothing but `-` before its first validation or after its last."""
+    if step > max(points):
+        return "-"
+    seen = [value for s, value in points.items() if s <= step]
+    if not seen:
+        return "-"
+    here = f"{points[step]:.2f}" if step in points else "-"
+    return f"{here} ({max(seen):.2f})"
+
+
 def curve_table(curves: dict[str, dict[int, float]]) -> str:
+    """One row per update where any run validated: runs whose epochs end at different updates
+    (another vocabulary, batch size or corpus) still compare by their best so far."""
     labels = list(curves)
-    common = sorted(set.intersection(*(set(c) for c in curves.values())))
+    steps = sorted(set.union(*(set(c) for c in curves.values())))
     header = ["step", *(f"{label} val BLEU (best so far)" for label in labels)]
     lines = ["| " + " | ".join(header) + " |", "|" + " ---: |" * len(header)]
-    for step in common:
-        cells = []
-        for label in labels:
-            best = max(v for s, v in curves[label].items() if s <= step)
-            cells.append(f"{curves[label][step]:.2f} ({best:.2f})")
+    for step in steps:
+        cells = [_curve_cell(curves[label], step) for label in labels]
         lines.append("| " + " | ".join([str(step), *cells]) + " |")
     return "\n".join(lines)
 
