@@ -99,6 +99,19 @@ def _r_drop_rows(
     return rows, grad
 
 
+def _accumulators(
+    hidden: Tensor, weight: Tensor, grads: bool
+) -> tuple[torch.dtype, torch.dtype, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """What both chunk loops start from: the matmul dtype, the dtype of softmax and sums (fp32
+    at least), the weight in the matmul dtype, and the zero loss and gradients they add to."""
+    dtype = _compute_dtype(hidden.device, hidden.dtype)
+    exact = torch.promote_types(dtype, torch.float32)
+    loss = torch.zeros((), dtype=exact, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if grads else None
+    grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
+    return dtype, exact, weight.to(dtype), loss, grad_hidden, grad_weight
+
+
 def _chunked_loss(
     hidden: Tensor,
     weight: Tensor,
@@ -122,13 +135,8 @@ def _chunked_loss(
         return _chunked_r_drop_loss(
             hidden, weight, target, smoothing, chunk_rows, grads, ignore_index, r_drop
         )
-    dtype = _compute_dtype(hidden.device, hidden.dtype)
-    exact = torch.promote_types(dtype, torch.float32)
+    dtype, exact, w, loss, grad_hidden, grad_weight = _accumulators(hidden, weight, grads)
     constant = smoothing / weight.shape[0]
-    w = weight.to(dtype)
-    loss = torch.zeros((), dtype=exact, device=hidden.device)
-    grad_hidden = torch.empty_like(hidden) if grads else None
-    grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
     if grads:
         h_sum = torch.zeros(weight.shape[1], dtype=exact, device=hidden.device)  # sum_i c_i h_i
         w_share = constant * weight.sum(dim=0, dtype=exact)  # (d,)
@@ -163,13 +171,8 @@ def _chunked_r_drop_loss(
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """`_chunked_loss` of R-Drop: hidden (2N, d) holds two passes of the N targets, the same
     rows of both passes in one chunk; the gradient with respect to the logits is formed."""
-    dtype = _compute_dtype(hidden.device, hidden.dtype)
+    dtype, exact, w, loss, grad_hidden, grad_weight = _accumulators(hidden, weight, grads)
     targets = target.shape[0]
-    exact = torch.promote_types(dtype, torch.float32)
-    w = weight.to(dtype)
-    loss = torch.zeros((), dtype=exact, device=hidden.device)
-    grad_hidden = torch.empty_like(hidden) if grads else None
-    grad_weight = torch.zeros_like(weight, dtype=exact) if grads else None
     with torch.autocast(hidden.device.type, enabled=False):
         for start in range(0, targets, chunk_rows):
             end = min(start + chunk_rows, targets)
