@@ -8,12 +8,16 @@
 Each round runs one fresh process per checkout (seq2seq imported from that checkout, the
 harness from this one): the config as `seq2seq.train` composes it, the first training batches
 of an epoch (scripts/bench), the model, loss and AdamW of `seq2seq.train` in the precision
-`trainer.precision=auto` picks, 5 untimed steps, then `--steps` timed ones. Target tokens/s
-per round and checkout; the median of each and of the per-round ratios to the first checkout.
+`trainer.precision=auto` picks and under the memory allocator seq2seq-train starts under, 5
+untimed steps, then `--steps` timed ones. Target tokens/s per round and checkout; the median of
+each and of the per-round ratios to the first checkout.
 Rounds alternate the checkouts because the machine may drift; still, run it alone.
 `--weights CKPT` starts every process from a trained checkpoint of the same config (a step late
 in a run rather than at initialisation). `--profile`: round 1 also runs the timed steps again
-under torch.profiler and lists the operators with the most self CPU time (where the step goes).
+under torch.profiler and lists the operators with the most self CPU time (where the step goes),
+the matrix products' share of it and the GFLOP/s they ran at, beside the best GFLOP/s of one
+2048 x 2048 x 2048 product in the step's dtype on the same threads (how near its bound the step's
+arithmetic already runs, and how much of the step is something else).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from bench.arguments import parse_with_overrides
 
 HERE = Path(__file__).resolve().parent
 WARMUP = 5
+MATRIX_PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+PEAK_SIZE = 2048
 
 
 def top_operators(profile: torch.profiler.profile, count: int = 15) -> list[dict]:
@@ -42,6 +48,17 @@ def top_operators(profile: torch.profiler.profile, count: int = 15) -> list[dict
         {"operator": e.key, "share": e.self_cpu_time_total / total, "calls": e.count}
         for e in events[:count]
     ]
+
+
+def matrix_products(profile: torch.profiler.profile) -> dict:
+    """The matrix products' share of the self CPU time and their rate (the profiler's FLOP
+    counts over their own time): needs `with_flops=True`."""
+    events = profile.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    products = [e for e in events if e.key in MATRIX_PRODUCTS]
+    microseconds = sum(e.self_cpu_time_total for e in products)
+    flops = sum(e.flops for e in products)
+    return {"share": microseconds / total, "gflop_s": flops / microseconds / 1e3, "flops": flops}
 
 
 def measure(overrides: list[str], steps: int, profile: bool, weights: Path | None) -> dict:
@@ -79,29 +96,49 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         step(batch)
     seconds = time.perf_counter() - start
     tokens = sum(batch.tgt_tokens for batch in timed)
-    operators = []
+    operators, products, peak = [], None, None
     if profile:  # the same steps again, under torch.profiler (slower: not the timed figure)
-        with torch.profiler.profile() as profiler:
+        from bench.flops import matmul_peak
+
+        with torch.profiler.profile(with_flops=True) as profiler:
             for batch in timed:
                 step(batch)
-        operators = top_operators(profiler)
+        operators, products = top_operators(profiler), matrix_products(profiler)
+        dtype = torch.bfloat16 if mixed else torch.float32
+        peak = matmul_peak(dtype, PEAK_SIZE, device)
     import seq2seq
+    from seq2seq.allocator import allocator_in_use
 
     return {
         "tok_s": tokens / seconds,
         "operators": operators,
+        "matrix_products": products,
+        "matmul_peak_gflop_s": peak,
         "precision": "bf16-mixed" if mixed else "32-true",
+        "allocator": allocator_in_use(),
         "code": str(Path(seq2seq.__file__).parent),
     }
+
+
+def child_environment(checkout: Path) -> dict[str, str]:
+    """seq2seq from `checkout`, under the memory allocator that seq2seq-train starts itself
+    under (tcmalloc where found, unless SEQ2SEQ_ALLOCATOR=system): the step the hour runs.
+    Under glibc's malloc the fp32 step's matrix products ran at 41% of one large product's rate,
+    under tcmalloc at 82% (docs/performance.md)."""
+    from seq2seq.allocator import allocator_in_use, find_tcmalloc, restart_command
+
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(checkout.resolve()), str(HERE)]),
+    }
+    restart = restart_command(environment, allocator_in_use(), find_tcmalloc(), [sys.executable])
+    return environment if restart is None else restart[1]
 
 
 def run_child(
     checkout: Path, overrides: list[str], steps: int, profile: bool, weights: Path | None
 ) -> dict:
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(checkout.resolve()), str(HERE)]),
-    }
+    environment = child_environment(checkout)
     command = [sys.executable, __file__, "--child", "--steps", str(steps)]
     command += [*(["--profile"] if profile else [])]
     command += [*([f"--weights={weights.resolve()}"] if weights else []), "--", *overrides]
@@ -147,11 +184,18 @@ def main() -> None:
     print(
         f"median target tok/s: {first} {summary[first]:,.0f}, {second} {summary[second]:,.0f}; "
         f"{second}/{first} per round: median {statistics.median(ratios):.3f} "
-        f"({', '.join(f'{r:.3f}' for r in ratios)}); precision {results[first][0]['precision']}"
+        f"({', '.join(f'{r:.3f}' for r in ratios)}); precision {results[first][0]['precision']}, "
+        f"allocator {results[first][0]['allocator']}"
     )
     for name, rounds in results.items():
         for row in rounds[0]["operators"]:
             print(f"{name}: {row['share']:6.1%} {row['calls']:6d} calls  {row['operator']}")
+        if products := rounds[0]["matrix_products"]:
+            print(
+                f"{name}: matrix products {products['share']:.1%} of the self CPU time at "
+                f"{products['gflop_s']:,.1f} GFLOP/s; one {PEAK_SIZE}^3 product alone: "
+                f"{rounds[0]['matmul_peak_gflop_s']:,.1f} GFLOP/s"
+            )
     if args.json:
         from bench.report import environment, write_json
 

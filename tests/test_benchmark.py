@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -77,12 +78,61 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
     for rounds in results["rounds"].values():
         assert len(rounds) == 2 and all(r["tok_s"] > 0 for r in rounds)
         assert rounds[0]["code"] == str(ROOT / "seq2seq") and rounds[0]["precision"] == "32-true"
+        assert rounds[0]["allocator"] == "system"  # conftest's SEQ2SEQ_ALLOCATOR, honoured
         shares = [row["share"] for row in rounds[0]["operators"]]
         assert shares and shares == sorted(shares, reverse=True) and sum(shares) <= 1
         assert "aten::mm" in {row["operator"] for row in rounds[0]["operators"]}
-        assert rounds[1]["operators"] == []  # profiled in round 1 only
+        products = rounds[0]["matrix_products"]
+        assert 0 < products["share"] < 1 and products["gflop_s"] > 0 and products["flops"] > 0
+        assert rounds[0]["matmul_peak_gflop_s"] > 0
+        assert rounds[1]["operators"] == [] and rounds[1]["matrix_products"] is None
     assert len(results["ratios"]) == 2
     assert "b/a per round" in result.stdout
+    assert "a: matrix products " in result.stdout and "GFLOP/s" in result.stdout
+
+
+def test_matrix_products_count_the_products_flops_and_share_of_the_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """step_benchmark's split of a profile: 2 m n k FLOPs per product (batched: times the
+    batch), other operators in the time but not in the FLOPs."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from step_benchmark import matrix_products
+
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    bias, c, d = torch.randn(4), torch.randn(8, 32), torch.randn(32, 4)
+    e, f = torch.randn(3, 5, 6), torch.randn(3, 6, 7)
+    big = torch.randn(512, 512)
+    with torch.profiler.profile(with_flops=True) as profile:
+        a @ b
+        torch.addmm(bias, c, d)
+        torch.bmm(e, f)
+        for _ in range(20):
+            big.exp()
+    products = matrix_products(profile)
+    assert products["flops"] == 2 * (64 * 32 * 16 + 8 * 32 * 4 + 3 * 5 * 6 * 7)
+    assert 0 < products["share"] < 1 and products["gflop_s"] > 0
+
+
+def test_step_benchmark_children_start_under_the_allocator_seq2seq_train_picks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """tcmalloc preloaded as seq2seq-train preloads it; none under SEQ2SEQ_ALLOCATOR=system."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import step_benchmark
+
+    library = str(tmp_path / "libtcmalloc_minimal.so.4")
+    monkeypatch.setattr("seq2seq.allocator.find_tcmalloc", lambda: library)
+    monkeypatch.setattr("seq2seq.allocator.allocator_in_use", lambda: "system")
+    monkeypatch.setenv("LD_PRELOAD", "libother.so")
+    monkeypatch.delenv("SEQ2SEQ_ALLOCATOR", raising=False)
+    environment = step_benchmark.child_environment(tmp_path)
+    assert environment["LD_PRELOAD"] == f"{library}:libother.so"
+    assert environment["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
+    monkeypatch.setenv("SEQ2SEQ_ALLOCATOR", "system")
+    assert step_benchmark.child_environment(tmp_path)["LD_PRELOAD"] == "libother.so"
 
 
 def test_step_benchmark_needs_two_checkouts() -> None:
