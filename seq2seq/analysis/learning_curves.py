@@ -84,13 +84,11 @@ def validation_bleu(run_dir: Path) -> dict[int, float]:
 def _curve_cell(points: dict[int, float], step: int) -> str:
     """The run's BLEU at `step` and its best up to it: `-` where it did not validate there,
     and nothing but `-` before its first validation or after its last."""
-    if step > max(points):
+    if not min(points) <= step <= max(points):
         return "-"
-    seen = [value for s, value in points.items() if s <= step]
-    if not seen:
-        return "-"
+    best = max(value for s, value in points.items() if s <= step)
     here = f"{points[step]:.2f}" if step in points else "-"
-    return f"{here} ({max(seen):.2f})"
+    return f"{here} ({best:.2f})"
 
 
 def curve_table(curves: dict[str, dict[int, float]]) -> str:
