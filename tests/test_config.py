@@ -6,7 +6,7 @@ import io
 
 import pytest
 import torch
-from helpers import CONF_DIR, compose_config, split_file_overrides
+from helpers import CONF_DIR, ROOT, compose_config, split_file_overrides
 from omegaconf import OmegaConf
 
 from seq2seq.config import (
@@ -120,6 +120,15 @@ def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -
     assert wu2021["model"].pop("dropout") == 0.3
     assert tuned["model"].pop("dropout") == 0.2
     assert tuned == wu2021
+
+
+def test_readmes_first_command_composes_the_tuned_preset() -> None:
+    """The command users copy first trains the improved recipe, and its overrides compose."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    first = next(line for line in readme if line.startswith("python -m seq2seq.train "))
+    overrides = first.split()[3:]
+    assert "experiment=multi30k_cpu_1h_tuned" in overrides
+    assert compose_config(overrides).model.dropout == 0.2
 
 
 @pytest.mark.parametrize(
