@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import multiprocessing
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,6 +39,13 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def worker_start_method() -> str:
+    """How loader workers start: the platform's default method. A joblib worker's default is
+    loky's, whose processes torch's DataLoader cannot start ("'Process' object has no
+    attribute 'env'"), so a sweep's runs with data.num_workers > 0 failed at their first batch."""
+    return multiprocessing.get_all_start_methods()[0]
 
 
 def thread_budget(threads: int | None) -> int:

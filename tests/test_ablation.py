@@ -22,6 +22,7 @@ from helpers import (
 )
 from hydra import compose, initialize_config_dir
 
+from seq2seq.config import config_to_dict
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
@@ -52,6 +53,25 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
     every = {p.stem for p in (CONF_DIR / "ablation").glob("*.yaml")}
     assert attention_presets | block_presets == every
     assert len(attention_presets) == 10 and len(block_presets) == 7
+
+
+def test_the_gpu_suite_is_the_cpu_suite_at_a_converged_budget() -> None:
+    """experiment=ablation_gpu changes where and how long each run trains, not what the suite
+    compares: the same wirings, seeds, model and recipe."""
+    assert sweep_params("ablation_gpu") == sweep_params("ablation_cpu")
+    cpu = config_to_dict(compose_config(["experiment=ablation_cpu"]))
+    gpu = config_to_dict(compose_config(["experiment=ablation_gpu"]))
+    assert gpu.pop("trainer") == {
+        **cpu.pop("trainer"),
+        "accelerator": "gpu",
+        "precision": "bf16-mixed",
+        "max_steps": 4000,
+        "check_val_every_n_epoch": 2,
+    }
+    assert (gpu.pop("cuda_graphs"), gpu.pop("early_stopping_patience")) == (200, 100)
+    assert gpu["data"].pop("num_workers") == 2
+    cpu.pop("cuda_graphs"), cpu.pop("early_stopping_patience"), cpu["data"].pop("num_workers")
+    assert gpu == cpu
 
 
 def test_ablation_report_tabulates_finished_runs_and_names_the_others(tmp_path: Path) -> None:

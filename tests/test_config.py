@@ -122,6 +122,20 @@ def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -
     assert tuned == wu2021
 
 
+def test_90_second_gpu_preset_is_the_gpu_schedule_cut_by_the_clock() -> None:
+    """experiment=multi30k_gpu_90s: Wu et al.'s GPU preset with the tuned dropout, validated
+    less often, stopped at 90 s; nothing else differs."""
+    full = config_to_dict(compose_config(["experiment=multi30k_gpu_wu2021"]))
+    cut = config_to_dict(compose_config(["experiment=multi30k_gpu_90s"]))
+    assert (full["model"].pop("dropout"), cut["model"].pop("dropout")) == (0.3, 0.2)
+    assert cut.pop("trainer") == {
+        **full.pop("trainer"),
+        "max_time": "00:00:01:30",
+        "check_val_every_n_epoch": 25,
+    }
+    assert cut == full
+
+
 def test_readmes_first_command_composes_the_tuned_preset() -> None:
     """The command users copy first trains the improved recipe, and its overrides compose."""
     readme = (ROOT / "README.md").read_text().splitlines()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,31 @@ def test_a_graphed_step_gives_the_eager_steps_loss_and_gradients(
         for got, want in zip(replayed, eager, strict=True):
             torch.testing.assert_close(got, want, **tolerance)
     assert sorted(graphed.graphs) == [(4, 12, 10), (6, 9, 7)]
+
+
+def test_a_capture_survives_another_thread_pinning_memory() -> None:
+    """The loader's pin-memory thread pins batches while a new shape is captured; in CUDA's
+    "global" capture mode its calls invalidated the capture (two runs sharing a GPU)."""
+    model = configured_model(vocab=60, dropout=0.1).cuda().train()
+    graphed = GraphedLoss(model, 0.1, None, max_shapes=8)
+    stop, pinned = threading.Event(), [0]
+
+    def pin() -> None:
+        while not stop.is_set():
+            torch.empty(1 << (16 + pinned[0] % 6), pin_memory=True)
+            torch._C._host_emptyCache()  # each pin a fresh cudaHostAlloc, each free its own
+            pinned[0] += 1
+
+    pinning = threading.Thread(target=pin, daemon=True)
+    pinning.start()
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            for shape in [(6, 9, 7), (4, 12, 10), (8, 5, 6), (3, 20, 18)]:
+                graphed(graph_batch(*shape), lambda: None).backward()
+    finally:
+        stop.set()
+        pinning.join()
+    assert len(graphed.graphs) == 4 and pinned[0] > 0
 
 
 def test_a_graphed_update_does_not_wait_for_the_host() -> None:

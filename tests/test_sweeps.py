@@ -231,6 +231,28 @@ def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
     assert not (tmp_path / "sweep" / "1" / "failed.txt").exists()
 
 
+def test_a_joblib_sweeps_runs_start_loader_workers(shared_data: Path, tmp_path: Path) -> None:
+    """Inside a joblib worker multiprocessing defaults to loky's processes, which a DataLoader
+    could not start: every run with data.num_workers > 0 failed."""
+    command = [
+        *sweep_of_few_pairs(shared_data, tmp_path),
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=1,2",
+        "data.num_workers=1",
+        "trainer.max_epochs=1",
+        "average_last=0",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=${seed}",
+    ]
+    result = python(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for seed in (1, 2):
+        assert json.loads((tmp_path / "sweep" / str(seed) / "run_summary.json").read_text())[
+            "steps"
+        ]
+
+
 def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
     shared_data: Path, tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from seq2seq.decoding.backend import output_limits, source_batch
 from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.training import cuda_graphs
 from seq2seq.training.checkpoint import average_checkpoints
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.run import train, trainer_arguments
@@ -451,3 +453,29 @@ def test_config_values_that_cannot_work(tmp_path: Path) -> None:
     graphs_on_cpu = TranslationModule(compose_config(["cuda_graphs=4"]), toy_tokenizer(60))
     with pytest.raises(ConfigError, match="'cuda_graphs': 4, and this run trains on cpu; CUDA"):
         graphs_on_cpu.on_fit_start()
+
+
+@pytest.mark.parametrize("takes_mode", [True, False], ids=["as_argument", "as_graph_default"])
+def test_cuda_graphs_are_captured_watching_the_capturing_thread_alone(
+    monkeypatch: pytest.MonkeyPatch, takes_mode: bool
+) -> None:
+    """thread_local mode (the loader's pin-memory thread broke "global" captures, test_gpu.py):
+    make_graphed_callables' argument where it takes one, else torch.cuda.graph's default
+    during the call, restored after it."""
+    seen = {}
+
+    def with_mode(module, inputs, capture_error_mode="global", **kwargs):
+        seen["mode"] = capture_error_mode
+        return module
+
+    def without_mode(module, inputs, **kwargs):
+        seen["mode"] = inspect.signature(torch.cuda.graph).parameters["capture_error_mode"].default
+        return module
+
+    graph = torch.cuda.graph
+    monkeypatch.setattr(
+        torch.cuda, "make_graphed_callables", with_mode if takes_mode else without_mode
+    )
+    module = torch.nn.Identity()
+    assert cuda_graphs.make_graphed_callables(module, (), allow_unused_input=True) is module
+    assert seen["mode"] == "thread_local" and torch.cuda.graph is graph

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
-from seq2seq.concurrency import thread_budget, usable_cpus
+from seq2seq.concurrency import thread_budget, usable_cpus, worker_start_method
 from seq2seq.config import DataConfig, RootConfig
 from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
 from seq2seq.data.corpus import (
@@ -264,6 +264,7 @@ class TranslationDataModule(pl.LightningDataModule):
             collate_fn=collate,
             num_workers=self.config.data.num_workers,
             persistent_workers=self.config.data.num_workers > 0,
+            multiprocessing_context=worker_start_method() if self.config.data.num_workers else None,
             # page-locked batches: Lightning's copy to a GPU then does not block the host
             pin_memory=self.trainer is not None
             and self.trainer.strategy.root_device.type == "cuda",

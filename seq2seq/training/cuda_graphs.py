@@ -12,10 +12,14 @@ weighted 0 (`Transformer.loss(static_shapes=True)`): selecting the scored positi
 a shape that depends on the data. Dropout draws from torch's CUDA generator, whose seed and
 offset a replay reads as it starts, so the per-step seeding of the module keeps resumed runs
 exact.
+
+Captures watch the capturing thread alone (CUDA's "thread_local" mode): in the "global" mode,
+the loader's pin-memory thread pinning the next batch during a capture invalidated it.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 
@@ -28,6 +32,7 @@ from seq2seq.model.transformer import Transformer
 log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 2  # eager steps on the capture's side stream before it (cuBLAS, allocator)
+CAPTURE_MODE = "thread_local"  # cudaStreamCaptureMode: unsafe calls of other threads allowed
 
 
 class SummedLoss(nn.Module):
@@ -96,9 +101,30 @@ class GraphedLoss:
         )
         static_inputs = tuple(t.clone() for t in inputs)
         with autocast:
-            return torch.cuda.make_graphed_callables(
+            return make_graphed_callables(
                 SummedLoss(self.model, self.label_smoothing, self.r_drop),  # its own forward
                 static_inputs,
                 num_warmup_iters=WARMUP_STEPS,
                 allow_unused_input=True,
             )
+
+
+def make_graphed_callables(module: nn.Module, inputs: tuple[Tensor, ...], **kwargs) -> nn.Module:
+    """torch.cuda.make_graphed_callables, capturing in CAPTURE_MODE. Where it takes no
+    capture_error_mode (torch 2.11, for one), it captures through torch.cuda.graph, whose
+    default the mode then is while the capture runs."""
+    if "capture_error_mode" in inspect.signature(torch.cuda.make_graphed_callables).parameters:
+        return torch.cuda.make_graphed_callables(
+            module, inputs, capture_error_mode=CAPTURE_MODE, **kwargs
+        )
+    graph = torch.cuda.graph
+
+    class ThreadLocalGraph(graph):
+        def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=CAPTURE_MODE):
+            super().__init__(cuda_graph, pool, stream, capture_error_mode)
+
+    torch.cuda.graph = ThreadLocalGraph
+    try:
+        return torch.cuda.make_graphed_callables(module, inputs, **kwargs)
+    finally:
+        torch.cuda.graph = graph
