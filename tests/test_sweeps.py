@@ -248,9 +248,8 @@ def test_a_joblib_sweeps_runs_start_loader_workers(shared_data: Path, tmp_path: 
     result = python(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for seed in (1, 2):
-        assert json.loads((tmp_path / "sweep" / str(seed) / "run_summary.json").read_text())[
-            "steps"
-        ]
+        summary = tmp_path / "sweep" / str(seed) / "run_summary.json"
+        assert json.loads(summary.read_text())["steps"] > 0
 
 
 def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
