@@ -70,7 +70,7 @@ def test_the_gpu_suite_is_the_cpu_suite_at_a_converged_budget() -> None:
     }
     assert (gpu.pop("cuda_graphs"), gpu.pop("early_stopping_patience")) == (200, 100)
     assert gpu["data"].pop("num_workers") == 2
-    cpu.pop("cuda_graphs"), cpu.pop("early_stopping_patience"), cpu["data"].pop("num_workers")
+    del cpu["cuda_graphs"], cpu["early_stopping_patience"], cpu["data"]["num_workers"]
     assert gpu == cpu
 
 
