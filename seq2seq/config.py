@@ -102,6 +102,7 @@ class DataConfig:
     num_workers: int
     encode_processes: int  # processes that encode a corpus; 0: one per CPU core
     bpe_dropout: float  # training split segmented anew each epoch, merges dropped at this rate
+    pad_to_multiple: int  # training batches' lengths padded up to a multiple of this
 
     def check(self) -> None:
         if self.languages is not None:
@@ -142,10 +143,19 @@ class DataConfig:
         )
         require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
         require(
-            self.max_tokens >= self.filter.max_len + 1,
+            self.pad_to_multiple >= 1,
+            "data.pad_to_multiple",
+            f"must be >= 1 (1: no padding beyond a batch's longest pair), got "
+            f"{self.pad_to_multiple}",
+        )
+        longest = -(-(self.filter.max_len + 1) // self.pad_to_multiple) * self.pad_to_multiple
+        require(
+            self.max_tokens >= longest,
             "data.max_tokens",
             f"{self.max_tokens} cannot hold one training pair of data.filter.max_len="
-            f"{self.filter.max_len} tokens plus BOS/EOS; raise data.max_tokens or lower the limit",
+            f"{self.filter.max_len} tokens plus BOS/EOS"
+            + (f", padded to {longest}" if longest > self.filter.max_len + 1 else "")
+            + "; raise data.max_tokens or lower the limit",
         )
         require(self.num_workers >= 0, "data.num_workers", "must be >= 0")
         require(self.encode_processes >= 0, "data.encode_processes", "must be >= 0")
@@ -637,6 +647,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "encode_processes": 0,
         "min_train_pairs": 1,
         "bpe_dropout": 0.0,
+        "pad_to_multiple": 1,
         **saved["data"],
     }
     upgraded["optim"] = {"decay": "inverse_sqrt", "r_drop": 0.0, **saved["optim"]}

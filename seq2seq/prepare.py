@@ -24,6 +24,11 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         title=f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}: "
         f"vocabulary {vocab} ({config.tokenizer.model_type}), "
         f"batches at data.max_tokens={config.data.max_tokens}"
+        + (
+            f", training lengths padded to multiples of {config.data.pad_to_multiple}"
+            if config.data.pad_to_multiple > 1
+            else ""
+        )
     )
     for column in (
         "split",
@@ -35,6 +40,7 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         "src tokens mean/max",
         "tgt tokens mean/max",
         "batches",
+        "shapes",
         "padding",
     ):
         table.add_column(column, justify="left" if column == "split" else "right")
@@ -51,6 +57,7 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
             f"{np.mean(split.src_lens):.1f} / {split.src_lens.max()}",
             f"{np.mean(split.tgt_lens):.1f} / {split.tgt_lens.max()}",
             str(len(sampler)),
+            str(sampler.shapes()),
             f"{100 * sampler.padding_fraction():.1f}%",
         )
     return table

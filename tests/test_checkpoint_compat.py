@@ -148,6 +148,7 @@ def old_config() -> dict:
         del config["decoding"][key]  # added since
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
+    del config["data"]["pad_to_multiple"]
     del config["threads"], config["cuda_graphs"]
     del config["optim"]["decay"], config["optim"]["r_drop"]
     return config
@@ -215,6 +216,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert "token_replacement" not in OLD_MODEL_CONFIG
     assert trained.config.model.token_replacement == 0.0  # written before the key existed
     assert trained.config.data.bpe_dropout == 0.0  # likewise
+    assert trained.config.data.pad_to_multiple == 1  # likewise: batches padded to their longest
     assert trained.config.cuda_graphs == 0  # likewise: trained eagerly
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was

@@ -109,16 +109,27 @@ def test_hour_preset_trains_the_whole_hour(preset: str) -> None:
     never by early stopping."""
     config = compose_config([f"experiment={preset}"])
     assert config.trainer["max_time"] == "00:01:00:00"
-    assert config.early_stopping_patience >= config.trainer["max_epochs"]
+    max_epochs = config.trainer["max_epochs"]
+    assert max_epochs == -1 or config.early_stopping_patience >= max_epochs
+
+
+def test_tuned_hour_preset_stops_at_wu2021s_token_budget() -> None:
+    """Where the hour holds more, the tuned preset stops at Wu et al.'s 8,000 updates of
+    2 x 4,096 tokens, as many tokens in updates of data.max_tokens; not at an epoch count."""
+    config = compose_config(["experiment=multi30k_cpu_1h_tuned"])
+    assert config.trainer["max_epochs"] == -1
+    assert config.trainer["max_steps"] * config.data.max_tokens == 8000 * 2 * 4096
 
 
 def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -> None:
-    """The improved preset changes Wu et al.'s recipe only where runs chose it on val, so
+    """The improved preset changes Wu et al.'s recipe only where runs chose it on val (dropout,
+    the whole hour), so
     `experiment=multi30k_cpu_1h_wu2021` still reproduces their recipe and its earlier runs."""
     wu2021 = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_wu2021"]))
     tuned = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_tuned"]))
     assert wu2021["model"].pop("dropout") == 0.3
     assert tuned["model"].pop("dropout") == 0.2
+    assert tuned.pop("trainer") == {**wu2021.pop("trainer"), "max_epochs": -1, "max_steps": 16000}
     assert tuned == wu2021
 
 
@@ -161,6 +172,13 @@ def test_readmes_first_command_composes_the_tuned_preset() -> None:
         (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),
         (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),
         (["data.max_tokens=64"], "data.max_tokens", "cannot hold one training pair"),
+        (["data.pad_to_multiple=0"], "data.pad_to_multiple", "must be >= 1"),
+        (
+            ["data.max_tokens=130", "data.pad_to_multiple=64"],  # 128 + 1 padded to 192
+            "data.max_tokens",
+            "130 cannot hold one training pair of data.filter.max_len=128 tokens plus BOS/EOS, "
+            "padded to 192",
+        ),
         (["tokenizer.model_type=wordpiece"], "tokenizer.model_type", "not supported"),
         (["tokenizer.input_sentence_size=-1"], "tokenizer.input_sentence_size", "must be >= 0"),
         (["tokenizer.num_threads=0"], "tokenizer.num_threads", "must be >= 1"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from pathlib import Path
 
@@ -219,3 +220,12 @@ def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: P
     assert "cuda_graphs: captured batch shape" in log
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["steps"] == 4 and math.isfinite(summary["train_loss"])
+
+
+def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
+    overrides = [*gpu_training_overrides(tmp_path), "cuda_graphs=8", "data.pad_to_multiple=8"]
+    result = run("train", tmp_path, *overrides, fresh_interpreter=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    shapes = re.findall(r"captured batch shape \((\d+), (\d+), (\d+)\)", log)
+    assert shapes and all(int(s) % 8 == 0 and int(t) % 8 == 0 for _, s, t in shapes)

@@ -4,6 +4,9 @@ A batch's cost is its padded size, sentences x longest side (source with EOS, ta
 BOS/EOS), and stays within `max_tokens`; a single pair longer than that (possible only in
 evaluation sets, which are never filtered) forms a batch of its own. Sorting by (source length,
 target length) before cutting keeps padding low; the order of batches is then shuffled.
+With `pad_to_multiple` > 1, lengths are padded up to a multiple of it, costs included: an
+epoch's batches then take a few shapes, each of which a GPU captures once as CUDA graphs
+(seq2seq.training.cuda_graphs), for more padding.
 Under data parallelism every process draws the same batches and takes every n-th of them;
 the loader remembers how many batches of the epoch it served, so a run checkpointed in the
 middle of an epoch resumes with the next batch.
@@ -39,11 +42,17 @@ class Batch(NamedTuple):
         return Batch(*tensors, self.tgt_tokens)
 
 
-def collate(items: list[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
-    """Pad a list of (index, source ids, target ids) into a Batch."""
+def padded(size: np.ndarray | int, multiple: int) -> np.ndarray | int:
+    """`size` rounded up to a multiple of `multiple` (`size` itself for 1: no copy)."""
+    return size if multiple == 1 else -(-size // multiple) * multiple
+
+
+def collate(items: list[tuple[int, np.ndarray, np.ndarray]], pad_to_multiple: int = 1) -> Batch:
+    """Pad a list of (index, source ids, target ids) into a Batch, each side's length up to a
+    multiple of `pad_to_multiple`."""
     n = len(items)
-    src_len = max(len(s) for _, s, _ in items) + 1
-    tgt_len = max(len(t) for _, _, t in items) + 1
+    src_len = padded(max(len(s) for _, s, _ in items) + 1, pad_to_multiple)
+    tgt_len = padded(max(len(t) for _, _, t in items) + 1, pad_to_multiple)
     src = np.full((n, src_len), PAD_ID, dtype=np.int64)
     tgt_in = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
     tgt_out = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
@@ -190,6 +199,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Only this process's batches of the current epoch are kept, as a BatchList.
     `lengths_of_epoch`, where pairs change length from epoch to epoch (BPE-dropout), gives
     each epoch's lengths in place of `src_lens` and `tgt_lens` when its batches are drawn.
+    `pad_to_multiple`: the lengths a batch is padded to (collate's) are multiples of this, and
+    the batches are sorted and cut by those lengths.
     """
 
     def __init__(
@@ -202,7 +213,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         lengths_of_epoch: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
+        pad_to_multiple: int = 1,
     ) -> None:
+        self.pad_to_multiple = pad_to_multiple
         self._set_lengths(src_lens, tgt_lens)
         self.lengths_of_epoch = lengths_of_epoch
         self.max_tokens, self.shuffle = max_tokens, shuffle
@@ -216,7 +229,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         # memory of the int64 lengths, and no sentence has 2**31 tokens
         self.src_size = np.asarray(src_lens).astype(np.int32) + 1
         self.tgt_size = np.asarray(tgt_lens).astype(np.int32) + 1
-        self.size = np.maximum(self.src_size, self.tgt_size)
+        # what the batches are sorted and cut by: the padded lengths
+        self.src_padded = padded(self.src_size, self.pad_to_multiple)
+        self.tgt_padded = padded(self.tgt_size, self.pad_to_multiple)
+        self.size = np.maximum(self.src_padded, self.tgt_padded)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
@@ -235,7 +251,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def _make_batches(self) -> BatchList:
         if not self.shuffle:
-            order = np.lexsort((self.tgt_size, self.src_size))
+            order = np.lexsort((self.tgt_padded, self.src_padded))
             offsets = _split_until_divisible(
                 _cut(order, self.size, self.max_tokens), self.num_replicas
             )
@@ -245,7 +261,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 self._set_lengths(*self.lengths_of_epoch(self.epoch))
             rng = self.sampler.generator()
             perm = rng.permutation(len(self.size))
-            order = perm[np.lexsort((self.tgt_size[perm], self.src_size[perm]))]
+            order = perm[np.lexsort((self.tgt_padded[perm], self.src_padded[perm]))]
             del perm
             offsets = _cut(order, self.size, self.max_tokens)
             offsets = _split_until_divisible(offsets, self.num_replicas)
@@ -272,18 +288,28 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return len(self.batches())
 
+    def _padded_shapes(self) -> np.ndarray:
+        """(sentences, source length, target length) of each of the epoch's padded batches."""
+        batches = self.batches()
+        if not len(batches):
+            return np.zeros((0, 3), dtype=np.int64)
+        starts = batches.offsets[:-1]
+        src = np.maximum.reduceat(self.src_padded[batches.indices], starts)
+        tgt = np.maximum.reduceat(self.tgt_padded[batches.indices], starts)
+        return np.stack([batches.lengths(), src, tgt], axis=1).astype(np.int64)
+
+    def shapes(self) -> int:
+        """How many distinct batch shapes the epoch has: graphs a GPU captures for it."""
+        return len(np.unique(self._padded_shapes(), axis=0))
+
     def padding_fraction(self) -> float:
         """Share of pad tokens in all padded source and target tensors of one epoch."""
         batches = self.batches()
-        if not len(batches):
-            return 0.0
-        src, tgt = self.src_size[batches.indices], self.tgt_size[batches.indices]
-        starts = batches.offsets[:-1]
-        real = int(src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64))
-        longest = np.maximum.reduceat(src, starts).astype(np.int64)
-        longest += np.maximum.reduceat(tgt, starts)
-        padded = int((batches.lengths() * longest).sum())
-        return 1.0 - real / padded if padded else 0.0
+        shapes = self._padded_shapes()
+        real = int(self.src_size[batches.indices].sum(dtype=np.int64))
+        real += int(self.tgt_size[batches.indices].sum(dtype=np.int64))
+        padded_total = int((shapes[:, 0] * (shapes[:, 1] + shapes[:, 2])).sum())
+        return 1.0 - real / padded_total if padded_total else 0.0
 
 
 class ResumableLoader(DataLoader):

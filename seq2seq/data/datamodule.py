@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -251,17 +252,23 @@ class TranslationDataModule(pl.LightningDataModule):
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
             lengths_of_epoch=dataset.lengths if isinstance(dataset, BPEDropoutSplit) else None,
+            pad_to_multiple=self.pad_to_multiple(shuffle),
         )
         if trainer is not None:  # its length is then the epoch's, when Lightning asks
             sampler.set_epoch(trainer.current_epoch)
         return sampler
+
+    def pad_to_multiple(self, shuffle: bool) -> int:
+        """Training batches (shuffled) are padded to data.pad_to_multiple, for the few shapes
+        of CUDA graphs; evaluation batches, which no graph runs, to their longest pair."""
+        return self.config.data.pad_to_multiple if shuffle else 1
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         loader = ResumableLoader if shuffle else DataLoader
         return loader(
             self.dataset(split, shuffle),
             batch_sampler=self.batch_sampler(split, shuffle),
-            collate_fn=collate,
+            collate_fn=partial(collate, pad_to_multiple=self.pad_to_multiple(shuffle)),
             num_workers=self.config.data.num_workers,
             persistent_workers=self.config.data.num_workers > 0,
             multiprocessing_context=worker_start_method() if self.config.data.num_workers else None,

@@ -7,11 +7,11 @@ and addresses, so one is captured (torch.cuda.make_graphed_callables) the first 
 source length, target length) shape is trained, and replayed for every later batch of that
 shape, the batch copied into the graph's own input tensors. Token-budget batches of a corpus
 take the same few dozen shapes every epoch (the cut depends on the lengths alone), so the
-captures happen in the first epoch. The loss scores every target position with padding
-weighted 0 (`Transformer.loss(static_shapes=True)`): selecting the scored positions would give
-a shape that depends on the data. Dropout draws from torch's CUDA generator, whose seed and
-offset a replay reads as it starts, so the per-step seeding of the module keeps resumed runs
-exact.
+captures happen in the first epoch; `data.pad_to_multiple` makes them fewer. The loss scores
+every target position with padding weighted 0 (`Transformer.loss(static_shapes=True)`):
+selecting the scored positions would give a shape that depends on the data. Dropout draws
+from torch's CUDA generator, whose seed and offset a replay reads as it starts, so the
+per-step seeding of the module keeps resumed runs exact.
 
 Captures watch the capturing thread alone (CUDA's "thread_local" mode): in the "global" mode,
 the loader's pin-memory thread pinning the next batch during a capture invalidated it.
