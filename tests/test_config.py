@@ -18,6 +18,7 @@ from seq2seq.config import (
     several_processes,
     validate_config,
 )
+from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.errors import ConfigError
 from seq2seq.model.config import Score, Stream
 
@@ -113,12 +114,17 @@ def test_hour_preset_trains_the_whole_hour(preset: str) -> None:
     assert max_epochs == -1 or config.early_stopping_patience >= max_epochs
 
 
-def test_tuned_hour_preset_stops_at_wu2021s_token_budget() -> None:
+def test_tuned_hour_preset_stops_at_wu2021s_token_budget(multi30k) -> None:
     """Where the hour holds more, the tuned preset stops at Wu et al.'s 8,000 updates of
-    2 x 4,096 tokens, as many tokens in updates of data.max_tokens; not at an epoch count."""
+    2 x 4,096 tokens, as many tokens in updates of data.max_tokens; not at an epoch count,
+    and not by early stopping within those updates' epochs."""
     config = compose_config(["experiment=multi30k_cpu_1h_tuned"])
     assert config.trainer["max_epochs"] == -1
     assert config.trainer["max_steps"] * config.data.max_tokens == 8000 * 2 * 4096
+    train = multi30k.splits["train"]
+    sampler = TokenBudgetBatchSampler(train.src_lens, train.tgt_lens, config.data.max_tokens, True)
+    batches = len(sampler)  # per epoch
+    assert config.early_stopping_patience >= -(-config.trainer["max_steps"] // batches)
 
 
 def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -> None:
@@ -130,6 +136,8 @@ def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -
     assert wu2021["model"].pop("dropout") == 0.3
     assert tuned["model"].pop("dropout") == 0.2
     assert tuned.pop("trainer") == {**wu2021.pop("trainer"), "max_epochs": -1, "max_steps": 16000}
+    patience = (tuned.pop("early_stopping_patience"), wu2021.pop("early_stopping_patience"))
+    assert patience == (200, 100)
     assert tuned == wu2021
 
 
