@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -44,6 +45,26 @@ def check_launcher(arguments: Sequence[str]) -> None:
                 f"hydra/launcher={choice} needs the {package} plugin, an optional extra: "
                 f'pip install "seq2seq[{extra}]" (from a checkout: pip install -e ".[{extra}]")'
             )
+
+
+def check_paths(schema: type, arguments: Sequence[str]) -> None:
+    """`paths.*` given to a command without them (evaluate takes its data config from the
+    checkpoint): one line saying which key does the job there, before Hydra refuses the key."""
+    fields = {field.name for field in dataclasses.fields(schema)}
+    if "paths" in fields:
+        return
+    for argument in arguments:
+        key, _, value = argument.lstrip("+~").partition("=")
+        if key != "paths" and not key.startswith("paths."):
+            continue
+        if "data" not in fields:
+            raise ConfigError(f"{key}: this command reads no data directory; leave it out")
+        example = f"{value}/multi30k" if key == "paths.data_dir" and value else "data/multi30k"
+        raise ConfigError(
+            f"{key}: this command takes its data config from the checkpoint, so it has no "
+            "paths.* keys; to read the test files from another directory, name that directory "
+            f"itself: data.dir=<data_dir>/<dataset>, e.g. data.dir={example}"
+        )
 
 
 def in_sweep() -> bool:
@@ -90,6 +111,7 @@ def entrypoint(
                 if before_start is not None:
                     before_start()
                 check_launcher(sys.argv[1:])
+                check_paths(schema, sys.argv[1:])
             except ConfigError as e:
                 print(f"error: {e}", file=sys.stderr)
                 sys.exit(1)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from helpers import (
     write_lines,
 )
 
+from seq2seq.cli import check_paths
+from seq2seq.config import RootConfig
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.errors import DataError
 
@@ -159,6 +163,43 @@ def test_evaluate_refuses_a_corrupted_checkpoint_and_missing_test_files(
     result = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", "data.test_sets=[dev]")
     assert_fails(result, "config key 'data.test_sets': 'dev' is not one of data.splits")
     assert not list(checkpoint.parent.glob("*.scores.json"))
+
+
+@pytest.mark.parametrize(
+    ("command", "argument", "message"),
+    [
+        (
+            "evaluate",
+            "paths.data_dir=../shared/data",
+            "paths.data_dir: this command takes its data config from the checkpoint, so it has "
+            "no paths.* keys; to read the test files from another directory, name that "
+            "directory itself: data.dir=<data_dir>/<dataset>, e.g. "
+            "data.dir=../shared/data/multi30k",
+        ),
+        ("evaluate", "+paths.cache_dir=c", "paths.cache_dir: this command takes its data"),
+        ("translate", "paths.data_dir=d", "paths.data_dir: this command reads no data directory"),
+    ],
+)
+def test_paths_given_to_a_command_without_them_names_the_key_that_does_the_job(
+    command: str,
+    argument: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    main = importlib.import_module(f"seq2seq.{command}").main
+    monkeypatch.setattr(sys, "argv", [command, "ckpt_path=model.ckpt", argument])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {message}"), error
+    assert error.count("\n") == 1
+
+
+def test_train_and_prepare_take_paths_as_before() -> None:
+    check_paths(RootConfig, ["paths.data_dir=../shared/data", "+paths.cache_dir=c"])
+    assert compose_config(["paths.data_dir=elsewhere"]).data.dir == "elsewhere/multi30k"
 
 
 def test_translate_refuses_a_directory_as_input_or_output(checkpoint: Path, tmp_path: Path) -> None:
