@@ -59,11 +59,11 @@ def check_paths(schema: type, arguments: Sequence[str]) -> None:
             continue
         if "data" not in fields:
             raise ConfigError(f"{key}: this command reads no data directory; leave it out")
-        example = f"{value}/multi30k" if key == "paths.data_dir" and value else "data/multi30k"
+        example = f", e.g. data.dir={value}/multi30k" if key == "paths.data_dir" and value else ""
         raise ConfigError(
             f"{key}: this command takes its data config from the checkpoint, so it has no "
             "paths.* keys; to read the test files from another directory, name that directory "
-            f"itself: data.dir=<data_dir>/<dataset>, e.g. data.dir={example}"
+            f"itself: data.dir=<data_dir>/<dataset>{example}"
         )
 
 

@@ -176,7 +176,13 @@ def test_evaluate_refuses_a_corrupted_checkpoint_and_missing_test_files(
             "directory itself: data.dir=<data_dir>/<dataset>, e.g. "
             "data.dir=../shared/data/multi30k",
         ),
-        ("evaluate", "+paths.cache_dir=c", "paths.cache_dir: this command takes its data"),
+        (
+            "evaluate",
+            "+paths.cache_dir=c",
+            "paths.cache_dir: this command takes its data config from the checkpoint, so it has "
+            "no paths.* keys; to read the test files from another directory, name that "
+            "directory itself: data.dir=<data_dir>/<dataset>\n",
+        ),
         ("translate", "paths.data_dir=d", "paths.data_dir: this command reads no data directory"),
     ],
 )
