@@ -69,8 +69,9 @@ def test_the_gpu_suite_is_the_cpu_suite_at_a_converged_budget() -> None:
         "check_val_every_n_epoch": 2,
     }
     assert (gpu.pop("cuda_graphs"), gpu.pop("early_stopping_patience")) == (200, 100)
-    assert gpu["data"].pop("num_workers") == 2
-    del cpu["cuda_graphs"], cpu["early_stopping_patience"], cpu["data"]["num_workers"]
+    assert (gpu["data"].pop("num_workers"), gpu["data"].pop("pad_to_multiple")) == (2, 4)
+    del cpu["cuda_graphs"], cpu["early_stopping_patience"]
+    del cpu["data"]["num_workers"], cpu["data"]["pad_to_multiple"]
     assert gpu == cpu
 
 

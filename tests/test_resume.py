@@ -275,6 +275,83 @@ def test_a_nan_step_stops_the_run_when_asked(
     assert not (tmp_path / "run" / "checkpoints" / "best.ckpt").exists()
 
 
+# torch's message as a run beside nine others on an 80 GiB H100 got it (docs/performance.md)
+TORCH_OUT_OF_MEMORY = (
+    "CUDA out of memory. Tried to allocate 24.00 MiB. GPU 0 has a total capacity of 79.18 GiB "
+    "of which 19.19 MiB is free. Process 18421 has 66.00 MiB memory in use. Including "
+    "non-PyTorch memory, this process has 11.55 GiB memory in use."
+)
+
+
+def fail_at_step(monkeypatch: pytest.MonkeyPatch, step: int, error: Exception) -> None:
+    """Make the training loss raise `error` at one optimizer step."""
+    loss = TranslationModule.loss
+
+    def failing(self, batch):
+        if self.training and self.global_step == step:
+            raise error
+        return loss(self, batch)
+
+    monkeypatch.setattr(TranslationModule, "loss", failing)
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (
+            torch.cuda.OutOfMemoryError(TORCH_OUT_OF_MEMORY),
+            "CUDA out of memory. Tried to allocate 24.00 MiB. GPU 0 has a total capacity of "
+            "79.18 GiB of which 19.19 MiB is free.",
+        ),
+        (
+            RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be reported late"),
+            "CUDA error: out of memory",
+        ),
+    ],
+    ids=["allocator", "cuda_call"],
+)
+def test_running_out_of_gpu_memory_names_what_to_lower_and_keeps_the_checkpoints(
+    error: Exception, cause: str, toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail_at_step(monkeypatch, 20, error)
+    overrides = [*tiny_overrides(toy_files, tmp_path / "cache"), "checkpoint_every_n_steps=4"]
+    with pytest.raises(TrainingError) as caught:
+        train(compose_config(overrides), tmp_path / "run")
+    assert caught.value.__cause__ is error
+    assert str(caught.value) == (
+        f"training ran out of GPU memory ({cause}). Lower data.max_tokens (now 160), or run "
+        'fewer runs side by side on this GPU (hydra.launcher.n_jobs; docs/sweeps.md, "One '
+        'GPU"). The run resumes from its last checkpoint, if it wrote one, with: python -m '
+        f"seq2seq.train hydra.run.dir={tmp_path / 'run'} ckpt_path=auto"
+    )
+    assert read_checkpoint(tmp_path / "run/checkpoints/last.ckpt")["global_step"] == 20
+
+
+def test_the_out_of_memory_advice_names_the_graphs_where_a_run_captures_them(
+    tmp_path: Path,
+) -> None:
+    from seq2seq.training.run import out_of_memory_advice
+
+    config = compose_config(["cuda_graphs=200", "data.pad_to_multiple=4"])
+    advice = out_of_memory_advice(
+        config, tmp_path, torch.cuda.OutOfMemoryError("CUDA out of memory.")
+    )
+    assert advice.startswith(
+        "training ran out of GPU memory (CUDA out of memory.). Lower data.max_tokens (now "
+        f"{config.data.max_tokens}) or cuda_graphs (now 200; each captured batch shape keeps its "
+        "own memory pool, and a higher data.pad_to_multiple, now 4, gives fewer shapes), or run "
+        "fewer runs side by side"
+    )
+
+
+def test_another_runtime_error_in_training_is_not_taken_for_one_of_memory(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail_at_step(monkeypatch, 3, RuntimeError("CUDA error: an illegal memory access"))
+    with pytest.raises(RuntimeError, match="^CUDA error: an illegal memory access$"):
+        train(compose_config(tiny_overrides(toy_files, tmp_path / "cache")), tmp_path / "run")
+
+
 def test_a_module_with_nan_weights_refuses_to_be_checkpointed(
     toy_files: Path, tmp_path: Path
 ) -> None:

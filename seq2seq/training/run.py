@@ -30,7 +30,7 @@ from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
-from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.errors import CheckpointError, ConfigError, TrainingError
 from seq2seq.io import atomic_path
 from seq2seq.training.callbacks import (
     FlushMetricsWithCheckpoints,
@@ -92,6 +92,34 @@ def resume_command(run_dir: Path) -> str:
         overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith(skip)]
     words = ["python", "-m", "seq2seq.train", *overrides, f"hydra.run.dir={run_dir}"]
     return " ".join(shlex.quote(w) for w in [*words, "ckpt_path=auto"])
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """A CUDA out-of-memory error: the caching allocator's, or a CUDA call's
+    (cudaErrorMemoryAllocation, e.g. while a graph is captured)."""
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and str(error).startswith("CUDA error: out of memory")
+    )
+
+
+def out_of_memory_advice(config: RootConfig, run_dir: Path, error: BaseException) -> str:
+    """What to lower when training ran out of GPU memory: runs side by side share the GPU, and
+    with CUDA graphs every captured batch shape keeps its own memory pool."""
+    # torch's message goes on to list every process on the GPU: its first sentences say enough
+    cause = str(error).split(" Process ")[0].split(" Including ")[0].splitlines()[0].strip()
+    lower = [f"data.max_tokens (now {config.data.max_tokens})"]
+    if config.cuda_graphs:
+        lower.append(
+            f"cuda_graphs (now {config.cuda_graphs}; each captured batch shape keeps its own "
+            "memory pool, and a higher data.pad_to_multiple, now "
+            f"{config.data.pad_to_multiple}, gives fewer shapes)"
+        )
+    return (
+        f"training ran out of GPU memory ({cause}). Lower {' or '.join(lower)}, or run fewer "
+        'runs side by side on this GPU (hydra.launcher.n_jobs; docs/sweeps.md, "One GPU"). '
+        "The run resumes from its last checkpoint, if it wrote one, with: "
+        f"{resume_command(run_dir)}"
+    )
 
 
 def build_logger(config: RootConfig, run_dir: Path) -> Logger | None:
@@ -267,7 +295,12 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     log.info("%s", precision)
     trainer, best = build_trainer(config, run_dir, logger, precision.precision)
     start = time.perf_counter()
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    except RuntimeError as e:
+        if out_of_memory(e):
+            raise TrainingError(out_of_memory_advice(config, run_dir, e)) from e
+        raise
     seconds = time.perf_counter() - start
     if not trainer.is_global_zero:
         return None
