@@ -301,7 +301,7 @@ def fail_at_step(monkeypatch: pytest.MonkeyPatch, step: int, error: Exception) -
         (
             torch.cuda.OutOfMemoryError(TORCH_OUT_OF_MEMORY),
             "CUDA out of memory. Tried to allocate 24.00 MiB. GPU 0 has a total capacity of "
-            "79.18 GiB of which 19.19 MiB is free.",
+            "79.18 GiB of which 19.19 MiB is free",
         ),
         (
             RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be reported late"),
@@ -337,7 +337,7 @@ def test_the_out_of_memory_advice_names_the_graphs_where_a_run_captures_them(
         config, tmp_path, torch.cuda.OutOfMemoryError("CUDA out of memory.")
     )
     assert advice.startswith(
-        "training ran out of GPU memory (CUDA out of memory.). Lower data.max_tokens (now "
+        "training ran out of GPU memory (CUDA out of memory). Lower data.max_tokens (now "
         f"{config.data.max_tokens}) or cuda_graphs (now 200; each captured batch shape keeps its "
         "own memory pool, and a higher data.pad_to_multiple, now 4, gives fewer shapes), or run "
         "fewer runs side by side"

@@ -106,7 +106,8 @@ def out_of_memory_advice(config: RootConfig, run_dir: Path, error: BaseException
     """What to lower when training ran out of GPU memory: runs side by side share the GPU, and
     with CUDA graphs every captured batch shape keeps its own memory pool."""
     # torch's message goes on to list every process on the GPU: its first sentences say enough
-    cause = str(error).split(" Process ")[0].split(" Including ")[0].splitlines()[0].strip()
+    cause = str(error).split(" Process ")[0].split(" Including ")[0].splitlines()[0]
+    cause = cause.strip().rstrip(".")
     lower = [f"data.max_tokens (now {config.data.max_tokens})"]
     if config.cuda_graphs:
         lower.append(
