@@ -22,7 +22,7 @@ from seq2seq.decoding.translator import Translator
 from seq2seq.errors import TrainingError
 from seq2seq.training.checkpoint import AtomicCheckpointIO
 from seq2seq.training.module import TranslationModule
-from seq2seq.training.run import train
+from seq2seq.training.run import out_of_memory_advice, train
 
 # Runs the train entry point and sends a signal to itself at the end of one training step.
 SIGNAL_AT_STEP = """
@@ -330,8 +330,6 @@ def test_running_out_of_gpu_memory_names_what_to_lower_and_keeps_the_checkpoints
 def test_the_out_of_memory_advice_names_the_graphs_where_a_run_captures_them(
     tmp_path: Path,
 ) -> None:
-    from seq2seq.training.run import out_of_memory_advice
-
     config = compose_config(["cuda_graphs=200", "data.pad_to_multiple=4"])
     advice = out_of_memory_advice(
         config, tmp_path, torch.cuda.OutOfMemoryError("CUDA out of memory.")
