@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import logging
 import multiprocessing
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +48,27 @@ def worker_start_method() -> str:
     loky's, whose processes torch's DataLoader cannot start ("'Process' object has no
     attribute 'env'"), so a sweep's runs with data.num_workers > 0 failed at their first batch."""
     return multiprocessing.get_all_start_methods()[0]
+
+
+def release_run_memory() -> None:
+    """Hand back the memory of the runs this process has finished, before it starts another or
+    waits. A joblib worker trains job after job in one process, and on a GPU its second run of
+    experiment=ablation_gpu ran out of memory where ten first runs fitted: one worker held
+    23.4 GiB, a first run 7-10 (docs/performance.md, 2026-11-28). A failed run's traceback keeps
+    its frames in a reference cycle until the collector runs; then the allocator's cache, CUDA
+    graph pools included, goes back to CUDA for the other processes."""
+    gc.collect()
+    torch = sys.modules.get("torch")  # not imported: nothing was put on a GPU
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    held = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    log.info(
+        "GPU memory reserved by this process: %.1f MiB, %.1f MiB after handing back its "
+        "earlier runs' cache",
+        held / 2**20,
+        torch.cuda.memory_reserved() / 2**20,
+    )
 
 
 def thread_budget(threads: int | None) -> int:

@@ -25,7 +25,7 @@ from seq2seq.allocator import (
     restart_under_tcmalloc,
 )
 from seq2seq.cli import entrypoint, in_sweep
-from seq2seq.concurrency import RunDirectory
+from seq2seq.concurrency import RunDirectory, release_run_memory
 from seq2seq.config import RootConfig, config_to_dict, several_processes
 from seq2seq.errors import ConfigError
 from seq2seq.io import atomic_path
@@ -56,6 +56,8 @@ def main(config: RootConfig) -> None:
         log.info("%s has finished (run_summary.json): skipped", run_dir)
         print(f"finished already, skipped: {run_dir}")
         return
+    if in_sweep():  # a worker's earlier run, a failed one included
+        release_run_memory()
     held = RunDirectory(run_dir)
     if rank_zero_only.rank == 0:  # the other ranks of this run share its directory
         held.hold()
@@ -63,6 +65,8 @@ def main(config: RootConfig) -> None:
         train_and_evaluate(config, run_dir)
     finally:
         held.release()
+        if in_sweep():
+            release_run_memory()
 
 
 def train_and_evaluate(config: RootConfig, run_dir: Path) -> None:

@@ -229,3 +229,29 @@ def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
     log = (tmp_path / "run" / "train.log").read_text()
     shapes = re.findall(r"captured batch shape \((\d+), (\d+), (\d+)\)", log)
     assert shapes and all(int(s) % 8 == 0 and int(t) % 8 == 0 for _, s, t in shapes)
+
+
+def test_a_joblib_workers_next_run_starts_with_the_last_ones_gpu_memory_handed_back(
+    tmp_path: Path,
+) -> None:
+    """Two graphed runs in one joblib worker, one after the other: the second starts after the
+    first's memory went back to CUDA (an ablation sweep's second runs ran out of memory)."""
+    overrides = [o for o in gpu_training_overrides(tmp_path) if o != "hydra.run.dir=run"]
+    result = run(
+        "train",
+        tmp_path,
+        "-m",
+        *overrides,
+        "cuda_graphs=8",
+        "seed=1,2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=${seed}",
+        fresh_interpreter=True,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    log = (tmp_path / "sweep" / "2" / "train.log").read_text()
+    released = re.search(r"by this process: ([\d.]+) MiB, ([\d.]+) MiB after", log)
+    held, after = map(float, released.groups())
+    assert held > after and after < 64, log[:3000]

@@ -5,6 +5,7 @@ others."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,16 @@ from helpers import (
     start_python,
 )
 from hydra import compose, initialize_config_dir
+from torch import nn
 
 from seq2seq.cli import LAUNCHER_EXTRAS
-from seq2seq.concurrency import RunDirectory, build_lock, thread_budget, usable_cpus
+from seq2seq.concurrency import (
+    RunDirectory,
+    build_lock,
+    release_run_memory,
+    thread_budget,
+    usable_cpus,
+)
 from seq2seq.config import config_to_dict, load_config
 from seq2seq.errors import ConfigError
 
@@ -229,6 +238,35 @@ def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
     assert failed.startswith("ConfigError: config key 'model.heads'")
     assert (tmp_path / "sweep" / "1" / "run_summary.json").is_file()
     assert not (tmp_path / "sweep" / "1" / "failed.txt").exists()
+
+
+def test_a_failed_runs_model_is_freed_before_the_workers_next_run() -> None:
+    """Hydra's job runner keeps a failed run's error in the job's result, a local of its own
+    frame, which the error's traceback holds: a cycle that reference counting never frees, and
+    with it the run's model, until the collector runs."""
+    models: list[weakref.ref] = []
+
+    def failing_run() -> None:
+        model = nn.Linear(4, 4)
+        models.append(weakref.ref(model))
+        raise RuntimeError("CUDA out of memory")
+
+    def run_job() -> dict:
+        result = {}
+        try:
+            failing_run()
+        except RuntimeError as error:
+            result["return_value"] = error
+        return result
+
+    gc.disable()  # the collector would otherwise run at an unknown moment
+    try:
+        run_job()  # the launcher sends the result back and drops it
+        assert models[0]() is not None
+        release_run_memory()
+        assert models[0]() is None
+    finally:
+        gc.enable()
 
 
 def test_a_joblib_sweeps_runs_start_loader_workers(shared_data: Path, tmp_path: Path) -> None:
