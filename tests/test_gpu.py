@@ -234,8 +234,9 @@ def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
 def test_a_joblib_workers_next_run_starts_with_the_last_ones_gpu_memory_handed_back(
     tmp_path: Path,
 ) -> None:
-    """Two graphed runs in one joblib worker, one after the other: the second starts after the
-    first's memory went back to CUDA (an ablation sweep's second runs ran out of memory)."""
+    """Two graphed runs in one joblib worker, one after the other: the first ends by handing its
+    memory back to CUDA, so the second starts without it (an ablation sweep's second runs ran
+    out of memory)."""
     overrides = [o for o in gpu_training_overrides(tmp_path) if o != "hydra.run.dir=run"]
     result = run(
         "train",
@@ -251,7 +252,11 @@ def test_a_joblib_workers_next_run_starts_with_the_last_ones_gpu_memory_handed_b
         fresh_interpreter=True,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    log = (tmp_path / "sweep" / "2" / "train.log").read_text()
-    released = re.search(r"by this process: ([\d.]+) MiB, ([\d.]+) MiB after", log)
-    held, after = map(float, released.groups())
-    assert held > after and after < 64, log[:3000]
+    pattern = r"reserved by this process: ([\d.]+) MiB, ([\d.]+) MiB after"
+    first, second = (
+        [tuple(map(float, m)) for m in re.findall(pattern, (run_dir / "train.log").read_text())]
+        for run_dir in (tmp_path / "sweep" / "1", tmp_path / "sweep" / "2")
+    )
+    assert len(first) == 1 and len(second) == 2, (first, second)  # no CUDA before the first run
+    (held, after), (brought, _) = first[0], second[0]
+    assert held > after and after < 64 and brought < 64, (first, second)
