@@ -1,7 +1,7 @@
 """Runs side by side (docs/sweeps.md): launcher choices and the missing-plugin message, threads
 per run, caches built once by processes racing on a cold cache (one of them killed mid-way),
-run directories held by one live process, and a sweep whose failed run does not stop the
-others."""
+run directories held by one live process, a sweep whose failed run does not stop the others,
+and a failed run's model freed before its worker's next run."""
 
 from __future__ import annotations
 
