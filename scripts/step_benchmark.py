@@ -12,6 +12,9 @@ of an epoch (scripts/bench), the model, loss and AdamW of `seq2seq.train` in the
 untimed steps, then `--steps` timed ones. Target tokens/s per round and checkout; the median of
 each and of the per-round ratios to the first checkout.
 Rounds alternate the checkouts because the machine may drift; still, run it alone.
+`--extra NAME=OVERRIDE` (repeatable) adds a config override to one side only, so one checkout
+under two names times what a setting costs the step, e.g.
+`standard=. one_head=. --extra one_head=+ablation=cross_heads_1 -- experiment=...`.
 `--weights CKPT` starts every process from a trained checkpoint of the same config (a step late
 in a run rather than at initialisation). `--profile`: round 1 also runs the timed steps again
 under torch.profiler and lists the operators with the most self CPU time (where the step goes),
@@ -117,6 +120,7 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         "precision": "bf16-mixed" if mixed else "32-true",
         "allocator": allocator_in_use(),
         "code": str(Path(seq2seq.__file__).parent),
+        "overrides": overrides,
     }
 
 
@@ -160,6 +164,13 @@ def main() -> None:
     parser.add_argument(
         "--weights", type=Path, help="start from this checkpoint's parameters (same config)"
     )
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME=OVERRIDE",
+        help="a config override for that checkout only (repeatable)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     args, overrides = parse_with_overrides(parser, argv)
@@ -169,11 +180,18 @@ def main() -> None:
     named = dict(item.split("=", 1) for item in args.checkouts)
     if len(named) != 2:
         parser.error("give two checkouts, NAME=DIRECTORY NAME=DIRECTORY")
+    extra: dict[str, list[str]] = {name: [] for name in named}
+    for item in args.extra:
+        name, _, override = item.partition("=")
+        if name not in named or not override:
+            parser.error(f"--extra {item}: give NAME=OVERRIDE with NAME one of {', '.join(named)}")
+        extra[name].append(override)
     results: dict[str, list[dict]] = {name: [] for name in named}
     for round_ in range(args.rounds):
         for name, checkout in named.items():
             profile = args.profile and round_ == 0
-            result = run_child(Path(checkout), overrides, args.steps, profile, args.weights)
+            own = [*overrides, *extra[name]]
+            result = run_child(Path(checkout), own, args.steps, profile, args.weights)
             results[name].append(result)
             print(f"round {round_ + 1} {name}: {results[name][-1]['tok_s']:,.0f} tok/s")
     first, second = named

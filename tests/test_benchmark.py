@@ -65,6 +65,7 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
         f"--json={results_path}",
         f"a={ROOT}",
         f"b={ROOT}",
+        "--extra=b=+ablation=cross_heads_1",  # one side's own setting
         "--",
         f"paths.data_dir={multi30k_config.paths.data_dir}",
         f"paths.cache_dir={multi30k_config.paths.cache_dir}",
@@ -75,6 +76,8 @@ def test_step_benchmark_runs_each_checkout_in_its_own_process(
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(results_path.read_text())
     assert results["checkouts"] == {"a": str(ROOT), "b": str(ROOT)}
+    assert "+ablation=cross_heads_1" not in results["rounds"]["a"][0]["overrides"]
+    assert results["rounds"]["b"][0]["overrides"][-1] == "+ablation=cross_heads_1"
     for rounds in results["rounds"].values():
         assert len(rounds) == 2 and all(r["tok_s"] > 0 for r in rounds)
         assert rounds[0]["code"] == str(ROOT / "seq2seq") and rounds[0]["precision"] == "32-true"
@@ -176,3 +179,10 @@ def test_the_terminology_rule_takes_the_longest_words(monkeypatch: pytest.Monkey
     assert phrases_of("Ein Mann.", 2) == ["Mann"]
     assert phrases_of("Da ist es.", 1) == []
     assert phrases_of("Ein „Bier-Zapfhahn“ steht da.", 1) == ["Bier-Zapfhahn"]
+
+
+def test_step_benchmark_refuses_an_extra_override_for_no_checkout() -> None:
+    command = [ROOT / "scripts" / "step_benchmark.py", "a=.", "b=.", "--extra=c=seed=2"]
+    result = python(*command)
+    assert result.returncode == 2
+    assert "--extra c=seed=2: give NAME=OVERRIDE with NAME one of a, b" in result.stderr
