@@ -213,6 +213,7 @@ class OptimConfig:
     decay: str  # after warmup: inverse_sqrt | linear (to 0 at the end of the training budget)
     label_smoothing: float
     r_drop: float  # R-Drop's alpha: two passes per batch, their symmetric KL (0: off)
+    ema_decay: float  # exponential moving average of the weights, per update (0: off)
 
     def check(self) -> None:
         require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
@@ -228,6 +229,11 @@ class OptimConfig:
             f"must be in [0, 1), got {self.label_smoothing}",
         )
         require(self.r_drop >= 0, "optim.r_drop", f"must be >= 0 (0: off), got {self.r_drop}")
+        require(
+            0.0 <= self.ema_decay < 1.0,
+            "optim.ema_decay",
+            f"must be in [0, 1) (0: off; e.g. 0.999), got {self.ema_decay}",
+        )
 
 
 @dataclass
@@ -356,6 +362,14 @@ class RootConfig:
             "optim.decay",
             "linear decays to 0 at the end of the training budget, and this run has none: set "
             "trainer.max_steps or trainer.max_time, or use optim.decay=inverse_sqrt",
+        )
+        strategy = str(self.trainer.get("strategy", "auto"))
+        require(
+            self.optim.ema_decay == 0 or not any(s in strategy for s in ("fsdp", "deepspeed")),
+            "optim.ema_decay",
+            f"{self.optim.ema_decay} keeps a whole copy of the weights in every process, and "
+            f"trainer.strategy={strategy} shards them; use DDP (trainer=ddp) or "
+            "optim.ema_decay=0",
         )
         model = self.model
         require(
@@ -650,7 +664,12 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "pad_to_multiple": 1,
         **saved["data"],
     }
-    upgraded["optim"] = {"decay": "inverse_sqrt", "r_drop": 0.0, **saved["optim"]}
+    upgraded["optim"] = {
+        "decay": "inverse_sqrt",
+        "r_drop": 0.0,
+        "ema_decay": 0.0,
+        **saved["optim"],
+    }
     model = saved["model"]
     upgraded["model"] = {
         "block": copy.deepcopy(EVERY_SUBLAYER),

@@ -150,7 +150,7 @@ def old_config() -> dict:
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["data"]["pad_to_multiple"]
     del config["threads"], config["cuda_graphs"]
-    del config["optim"]["decay"], config["optim"]["r_drop"]
+    del config["optim"]["decay"], config["optim"]["r_drop"], config["optim"]["ema_decay"]
     return config
 
 
@@ -221,6 +221,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     assert trained.config.optim.r_drop == 0.0  # one pass per batch, as then
+    assert trained.config.optim.ema_decay == 0.0  # the trained weights, no moving average
     direct = direct_model(old_weights(0))
     src, tgt = batch()
     with torch.no_grad():
@@ -247,6 +248,7 @@ def test_an_export_directory_with_an_old_config_loads(sentencepiece: bytes, tmp_
     export_model(model, tokenizer, directory, metadata={"config": old_config()})  # old: additive
     config = training_config(directory, read_metadata(directory))
     assert config.optim.r_drop == 0.0 and config.optim.decay == "inverse_sqrt"
+    assert config.optim.ema_decay == 0.0
     assert config.model.token_replacement == 0.0 and config.cuda_graphs == 0
     assert config.data.bpe_dropout == 0.0 and config.decoding.search == "beam"
 

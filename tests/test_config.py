@@ -180,6 +180,12 @@ def test_readmes_first_command_composes_the_tuned_preset() -> None:
         (["optim.r_drop=-1"], "optim.r_drop", "must be >= 0"),
         (["optim.r_drop=1", "model.dropout=0"], "optim.r_drop", "model.dropout > 0"),
         (["optim=adam_linear_decay"], "optim.decay", "set trainer.max_steps or trainer.max_time"),
+        (["optim.ema_decay=1"], "optim.ema_decay", "must be in [0, 1)"),
+        (
+            ["optim.ema_decay=0.999", "+trainer.strategy=fsdp"],
+            "optim.ema_decay",
+            "trainer.strategy=fsdp shards them; use DDP",
+        ),
         (["data.src_lang=xx"], "data.src_lang", "unknown language 'xx'"),
         (["data.tgt_lang=en"], "data.tgt_lang", "both 'en'"),
         (["data.test_sets=[test_2099]"], "data.test_sets", "'test_2099' is not one of"),

@@ -88,7 +88,11 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
     return {step: (loss[step], lr[step]) for step in loss}
 
 
-@pytest.mark.parametrize("extra", [[], ["data.bpe_dropout=0.1"]], ids=["cached", "bpe_dropout"])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["data.bpe_dropout=0.1"], ["optim.ema_decay=0.9"]],
+    ids=["cached", "bpe_dropout", "moving_average"],
+)
 def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
     extra: list[str], toy_files: Path, tmp_path: Path
 ) -> None:
@@ -121,6 +125,10 @@ def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
     assert final["global_step"] == reference["global_step"] and final["epoch"] == 2
     for key, value in reference["state_dict"].items():
         torch.testing.assert_close(final["state_dict"][key], value, rtol=1e-5, atol=1e-6)
+    # with a moving average, state_dict holds it, and the trained weights are kept beside it
+    assert ("current_model_state" in reference) == ("optim.ema_decay=0.9" in extra)
+    for key, value in reference.get("current_model_state", {}).items():
+        torch.testing.assert_close(final["current_model_state"][key], value, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])

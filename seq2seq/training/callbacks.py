@@ -1,4 +1,5 @@
-"""Training callbacks: the learning-curve plot, and stopping cleanly on Ctrl-C or SIGTERM."""
+"""Training callbacks: the learning-curve plot, the moving average of the weights, and stopping
+cleanly on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import EMAWeightAveraging
 
 from seq2seq.analysis.learning_curves import metrics_files, plot_learning_curve
 from seq2seq.errors import Stopped
@@ -33,6 +35,22 @@ class FlushMetricsWithCheckpoints(pl.Callback):
     ) -> None:
         for logger in trainer.loggers:
             logger.save()
+
+
+class MovingAverage(EMAWeightAveraging):
+    """Lightning's exponential moving average of the weights (`optim.ema_decay`), updated after
+    every optimizer step, swapped in for validation, stored as the checkpoints' `state_dict`
+    (the trained weights beside it, for resuming). Kept on the device the run trains on:
+    Lightning's default is the module's device at `setup`, which is the CPU until the strategy
+    moves the module to a GPU. Buffers are copied, not averaged: the model's one buffer is a
+    constant (the sinusoid table)."""
+
+    def __init__(self, decay: float) -> None:
+        super().__init__(decay=decay, use_buffers=False)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._device = trainer.strategy.root_device
+        super().setup(trainer, pl_module, stage)
 
 
 class ValidateAtMaxSteps(pl.Callback):

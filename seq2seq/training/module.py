@@ -17,7 +17,7 @@ from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import upgrade_state_dict
 from seq2seq.decoding.search import greedy_search, max_output_len
-from seq2seq.errors import TrainingError, require
+from seq2seq.errors import CheckpointError, TrainingError, require
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.cuda_graphs import GraphedLoss
@@ -237,5 +237,14 @@ class TranslationModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Resuming (Lightning loads the state dict after this): earlier versions' names."""
+        """Resuming (Lightning loads the state dict after this): earlier versions' names. A
+        checkpoint of a run with a moving average holds the average as its state dict and the
+        trained weights beside it, which only a run keeping the average resumes from."""
         checkpoint["state_dict"] = upgrade_state_dict(checkpoint["state_dict"])
+        if "current_model_state" in checkpoint and not self.config.optim.ema_decay:
+            saved = checkpoint["seq2seq"]["config"]["optim"]["ema_decay"]
+            raise CheckpointError(
+                f"cannot resume: the checkpoint was trained with optim.ema_decay={saved} (its "
+                "weights are the moving average), and this run has optim.ema_decay=0; resume "
+                f"with optim.ema_decay={saved}"
+            )

@@ -36,6 +36,7 @@ from seq2seq.training.callbacks import (
     FlushMetricsWithCheckpoints,
     GracefulStop,
     LearningCurve,
+    MovingAverage,
     ValidateAtMaxSteps,
 )
 from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
@@ -181,6 +182,8 @@ def build_trainer(
                 enable_version_counter=False,
             )
         )
+    if config.optim.ema_decay > 0:
+        callbacks.append(MovingAverage(config.optim.ema_decay))
     if config.average_last > 0:
         callbacks.append(
             ModelCheckpoint(
