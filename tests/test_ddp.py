@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytorch_lightning as pl
+import torch
 from helpers import compose_config, run, toy_overrides
 
 from seq2seq.data.batching import TokenBudgetBatchSampler
@@ -149,3 +150,21 @@ def test_two_processes_train_on_one_bpe_dropout_draw(toy_files: Path, tmp_path: 
     data.setup()
     split = data.prepared.splits["train"]
     assert drawn.tgt_lens.sum() > split.tgt_lens.sum()  # a draw, not the cached encoding
+
+
+def test_two_processes_keep_the_moving_average_of_every_update(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    overrides = [
+        *two_processes(toy_files, tmp_path),
+        "optim.ema_decay=0.5",
+        "trainer.max_epochs=1",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    train_in_run_dir(overrides, tmp_path)
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert int(last["averaging_state"]["n_averaged"]) == last["global_step"] > 1
+    trained = last["current_model_state"]
+    assert trained.keys() == last["state_dict"].keys()
+    assert any(not torch.equal(trained[k], v) for k, v in last["state_dict"].items())
