@@ -58,5 +58,6 @@ def test_resuming_a_moving_average_without_one_is_refused(averaged_run) -> None:
     work, _ = averaged_run
     last = work / "run" / "checkpoints" / "last.ckpt"
     config = compose_config([*small_model(work, work / "cache"), *OVERRIDES, f"ckpt_path={last}"])
-    with pytest.raises(CheckpointError, match=rf"resume with optim.ema_decay={DECAY}"):
+    with pytest.raises(CheckpointError, match=rf"resume with optim.ema_decay={DECAY}") as info:
         train(config, work / "refused")
+    assert f"cannot resume from {last}:" in str(info.value)  # names the file

@@ -244,7 +244,7 @@ class TranslationModule(pl.LightningModule):
         if "current_model_state" in checkpoint and not self.config.optim.ema_decay:
             saved = checkpoint["seq2seq"]["config"]["optim"]["ema_decay"]
             raise CheckpointError(
-                f"cannot resume: the checkpoint was trained with optim.ema_decay={saved} (its "
-                "weights are the moving average), and this run has optim.ema_decay=0; resume "
-                f"with optim.ema_decay={saved}"
+                f"cannot resume from {self.trainer.ckpt_path}: it was trained with "
+                f"optim.ema_decay={saved} (its weights are the moving average), and this run has "
+                f"optim.ema_decay=0; resume with optim.ema_decay={saved}"
             )
