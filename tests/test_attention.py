@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import profile
 
 from seq2seq.model.attention import MultiHeadAttention, kernel_choice, preferred_kernels_off
@@ -105,6 +106,37 @@ def test_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results(
     with profile() as profiler, torch.no_grad(), torch.autocast("cpu", enabled=bf16):
         ours.eval()(query, query)  # decoding keeps torch's choice
     assert flash in {event.name for event in profiler.events()}
+
+
+def casts_inside_the_math_kernel(rule: bool) -> int:
+    """Tensors that SDPA's math kernel casts (aten::_to_copy, scalars left out) in a bf16
+    training pass on a CPU, with the model's rule or with the math kernel as torch runs it."""
+    ours = make().train()
+    torch.manual_seed(1)
+    query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    rule_off = contextlib.nullcontext() if rule else preferred_kernels_off()
+    kernels = contextlib.nullcontext() if rule else sdpa_kernel([SDPBackend.MATH])
+    bf16 = torch.autocast("cpu", torch.bfloat16)
+    with rule_off, kernels, profile(record_shapes=True) as profiler, bf16:
+        out, _ = ours(query, key_value)
+        out.float().sum().backward()
+    casts = 0
+    for event in profiler.events():
+        parent = event.cpu_parent
+        tensor = event.name == "aten::_to_copy" and len(event.input_shapes[0]) > 0
+        while tensor and parent is not None:
+            if parent.name == "aten::_scaled_dot_product_attention_math":
+                casts += 1
+                break
+            parent = parent.cpu_parent
+    return casts
+
+
+def test_bf16_training_on_cpu_keeps_the_math_kernel_in_bf16() -> None:
+    allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    assert casts_inside_the_math_kernel(rule=False) >= 3  # queries, keys and values to fp32
+    assert casts_inside_the_math_kernel(rule=True) == 0
+    assert torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed() == allowed  # restored
 
 
 def sdpa_backends_enabled() -> dict[str, bool]:
