@@ -17,10 +17,11 @@ under two names times what a setting costs the step, e.g.
 `standard=. one_head=. --extra one_head=+ablation=cross_heads_1 -- experiment=...`.
 `--weights CKPT` starts every process from a trained checkpoint of the same config (a step late
 in a run rather than at initialisation). `--profile`: round 1 also runs the timed steps again
-under torch.profiler and lists the operators with the most self CPU time (where the step goes),
-the matrix products' share of it and the GFLOP/s they ran at, beside the best GFLOP/s of one
-2048 x 2048 x 2048 product in the step's dtype on the same threads (how near its bound the step's
-arithmetic already runs, and how much of the step is something else).
+under torch.profiler and lists the operators with the most self CPU time (where the step
+goes), the copies (casts and layout copies) by the operator that made them, and the matrix
+products' share of the time and the GFLOP/s they ran at, beside the best GFLOP/s of one
+2048 x 2048 x 2048 product in the step's dtype on the same threads (how near its bound the
+step's arithmetic already runs, and how much of the step is something else).
 """
 
 from __future__ import annotations
@@ -64,6 +65,32 @@ def matrix_products(profile: torch.profiler.profile) -> dict:
     return {"share": microseconds / total, "gflop_s": flops / microseconds / 1e3, "flops": flops}
 
 
+COPY = "aten::copy_"
+COPY_WRAPPERS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous", "aten::clone"}
+
+
+def copies_by_caller(profile: torch.profiler.profile, count: int = 12) -> list[dict]:
+    """Where the step's copies (aten::copy_: casts and layout copies) come from: their self CPU
+    time and calls grouped by the nearest enclosing operator that is not itself a copy or a
+    cast (e.g. `aten::linear` for autocast's casts of its input, `ToCopyBackward0` for their
+    backward), with the share of the whole step's self CPU time."""
+    events = profile.events()
+    total = sum(e.self_cpu_time_total for e in events)
+    time: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for event in events:
+        if event.name != COPY:
+            continue
+        caller = event.cpu_parent
+        while caller is not None and caller.name in COPY_WRAPPERS:
+            caller = caller.cpu_parent
+        name = "(top level)" if caller is None else caller.name
+        time[name] = time.get(name, 0.0) + event.self_cpu_time_total
+        calls[name] = calls.get(name, 0) + 1
+    ranked = sorted(time, key=time.get, reverse=True)[:count]
+    return [{"caller": n, "share": time[n] / total, "calls": calls[n]} for n in ranked]
+
+
 def measure(overrides: list[str], steps: int, profile: bool, weights: Path | None) -> dict:
     """One process's figure: target tokens/s over `steps` steps (seq2seq from sys.path)."""
     from bench.data import load_config, load_workload
@@ -99,7 +126,7 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         step(batch)
     seconds = time.perf_counter() - start
     tokens = sum(batch.tgt_tokens for batch in timed)
-    operators, products, peak = [], None, None
+    operators, products, peak, copies = [], None, None, []
     if profile:  # the same steps again, under torch.profiler (slower: not the timed figure)
         from bench.flops import matmul_peak
 
@@ -107,6 +134,7 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
             for batch in timed:
                 step(batch)
         operators, products = top_operators(profiler), matrix_products(profiler)
+        copies = copies_by_caller(profiler)
         dtype = torch.bfloat16 if mixed else torch.float32
         peak = matmul_peak(dtype, PEAK_SIZE, device)
     import seq2seq
@@ -116,6 +144,7 @@ def measure(overrides: list[str], steps: int, profile: bool, weights: Path | Non
         "tok_s": tokens / seconds,
         "operators": operators,
         "matrix_products": products,
+        "copies_by_caller": copies,
         "matmul_peak_gflop_s": peak,
         "precision": "bf16-mixed" if mixed else "32-true",
         "allocator": allocator_in_use(),
@@ -208,6 +237,8 @@ def main() -> None:
     for name, rounds in results.items():
         for row in rounds[0]["operators"]:
             print(f"{name}: {row['share']:6.1%} {row['calls']:6d} calls  {row['operator']}")
+        for row in rounds[0]["copies_by_caller"]:
+            print(f"{name}: copies {row['share']:6.1%} {row['calls']:6d} calls  {row['caller']}")
         if products := rounds[0]["matrix_products"]:
             print(
                 f"{name}: matrix products {products['share']:.1%} of the self CPU time at "

@@ -110,7 +110,8 @@ def test_training_on_cpu_uses_the_math_kernel_with_flash_attentions_results(
 
 def casts_inside_the_math_kernel(rule: bool) -> int:
     """Tensors that SDPA's math kernel casts (aten::_to_copy, scalars left out) in a bf16
-    training pass on a CPU, with the model's rule or with the math kernel as torch runs it."""
+    training pass on a CPU, with the model's rule or with the math kernel as torch runs it;
+    the pass must have run that kernel."""
     ours = make().train()
     torch.manual_seed(1)
     query, key_value = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
@@ -120,12 +121,14 @@ def casts_inside_the_math_kernel(rule: bool) -> int:
     with rule_off, kernels, profile(record_shapes=True) as profiler, bf16:
         out, _ = ours(query, key_value)
         out.float().sum().backward()
+    math = "aten::_scaled_dot_product_attention_math"
+    assert math in {event.name for event in profiler.events()}
     casts = 0
     for event in profiler.events():
         parent = event.cpu_parent
         tensor = event.name == "aten::_to_copy" and len(event.input_shapes[0]) > 0
         while tensor and parent is not None:
-            if parent.name == "aten::_scaled_dot_product_attention_math":
+            if parent.name == math:
                 casts += 1
                 break
             parent = parent.cpu_parent

@@ -119,6 +119,29 @@ def test_matrix_products_count_the_products_flops_and_share_of_the_time(
     assert 0 < products["share"] < 1 and products["gflop_s"] > 0
 
 
+def test_copies_by_caller_name_the_operator_that_cast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """step_benchmark's split of the copies: autocast's casts under the op they feed, a mask's
+    under the multiply that promotes it, a cast the code asks for under no operator."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from step_benchmark import copies_by_caller
+
+    x, w, mask = torch.randn(64, 32), torch.randn(16, 32), torch.rand(64, 32) > 0.5
+    with torch.profiler.profile() as profile:
+        with torch.autocast("cpu", torch.bfloat16):
+            torch.nn.functional.linear(x, w)  # x and w cast to bf16 for the product
+        x * mask  # the mask cast to float
+        x.to(torch.bfloat16)
+    rows = {row["caller"]: row for row in copies_by_caller(profile)}
+    assert {name: row["calls"] for name, row in rows.items()} == {
+        "aten::linear": 2,
+        "aten::mul": 1,
+        "(top level)": 1,
+    }
+    assert 0 < sum(row["share"] for row in rows.values()) < 1
+
+
 def test_step_benchmark_children_start_under_the_allocator_seq2seq_train_picks(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
