@@ -76,7 +76,7 @@ def copies_by_caller(profile: torch.profiler.profile, count: int = 12) -> list[d
     backward), with the share of the whole step's self CPU time."""
     events = profile.events()
     total = sum(e.self_cpu_time_total for e in events)
-    time: dict[str, float] = {}
+    self_time: dict[str, float] = {}
     calls: dict[str, int] = {}
     for event in events:
         if event.name != COPY:
@@ -85,10 +85,10 @@ def copies_by_caller(profile: torch.profiler.profile, count: int = 12) -> list[d
         while caller is not None and caller.name in COPY_WRAPPERS:
             caller = caller.cpu_parent
         name = "(top level)" if caller is None else caller.name
-        time[name] = time.get(name, 0.0) + event.self_cpu_time_total
+        self_time[name] = self_time.get(name, 0.0) + event.self_cpu_time_total
         calls[name] = calls.get(name, 0) + 1
-    ranked = sorted(time, key=time.get, reverse=True)[:count]
-    return [{"caller": n, "share": time[n] / total, "calls": calls[n]} for n in ranked]
+    ranked = sorted(self_time, key=self_time.get, reverse=True)[:count]
+    return [{"caller": n, "share": self_time[n] / total, "calls": calls[n]} for n in ranked]
 
 
 def measure(overrides: list[str], steps: int, profile: bool, weights: Path | None) -> dict:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.autograd.profiler_util import FunctionEvent
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import profile
 
@@ -122,17 +123,20 @@ def casts_inside_the_math_kernel(rule: bool) -> int:
         out, _ = ours(query, key_value)
         out.float().sum().backward()
     math = "aten::_scaled_dot_product_attention_math"
-    assert math in {event.name for event in profiler.events()}
-    casts = 0
-    for event in profiler.events():
-        parent = event.cpu_parent
-        tensor = event.name == "aten::_to_copy" and len(event.input_shapes[0]) > 0
-        while tensor and parent is not None:
-            if parent.name == math:
-                casts += 1
-                break
-            parent = parent.cpu_parent
-    return casts
+    events = profiler.events()
+    assert math in {event.name for event in events}
+    return sum(
+        event.name == "aten::_to_copy" and len(event.input_shapes[0]) > 0 and within(event, math)
+        for event in events
+    )
+
+
+def within(event: FunctionEvent, name: str) -> bool:
+    """Whether a profiled operator ran inside operator `name`."""
+    parent = event.cpu_parent
+    while parent is not None and parent.name != name:
+        parent = parent.cpu_parent
+    return parent is not None
 
 
 def test_bf16_training_on_cpu_keeps_the_math_kernel_in_bf16() -> None:

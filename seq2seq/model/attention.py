@@ -47,16 +47,16 @@ def preferred_kernels_off() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def training_kernels(backends: list[SDPBackend], dtype: torch.dtype) -> Iterator[None]:
+def training_kernels(backends: list[SDPBackend]) -> Iterator[None]:
     """SDPA restricted to `backends`, its math kernel computing bf16 inputs in bf16. By default
     that kernel computes them in fp32: three casts up and one down per call, as many back in
     the backward, and fp32 matrix products. In the bf16 training step on a CPU the casts were
     the largest share that is not the model's arithmetic; in bf16 the attention is as near
-    fp32 as torch's flash kernel (tests/test_attention.py) and the step 1.04x as fast
-    (docs/performance.md). torch's setting is global and named for CUDA; the math kernel reads
-    it on every device."""
+    fp32 as torch's flash kernel (tests/test_attention.py) and the step 1.04x as fast on an AMD
+    EPYC; bf16 units: avx512_bf16 (docs/performance.md). torch's setting is global and named for
+    CUDA; the math kernel reads it on every device, and fp32 inputs are not affected by it."""
     allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allowed or dtype == torch.bfloat16)
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     try:
         with sdpa_kernel(backends):
             yield
@@ -74,7 +74,7 @@ def kernel_choice(q: Tensor) -> contextlib.AbstractContextManager:
     backends = TRAINING_KERNELS.get((q.device.type, q.dtype))
     if backends is None or not torch.is_grad_enabled():
         return contextlib.nullcontext()
-    return training_kernels(backends, q.dtype)
+    return training_kernels(backends)
 
 
 class KVCache:
