@@ -197,9 +197,10 @@ def _train_and_save(
             json.dumps({"settings": asdict(cfg), "inputs": inputs}, indent=2, sort_keys=True)
         )
     log.info(
-        "trained tokenizer (%s, %d pieces) in %.1fs -> %s",
+        "trained tokenizer (%s, %d pieces, %s) in %.1fs -> %s",
         cfg.model_type,
         cfg.vocab_size,
+        "joint" if cfg.joint else "one model per language",
         time.perf_counter() - start,
         directory,
     )
