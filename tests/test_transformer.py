@@ -169,6 +169,10 @@ def test_embeddings_are_tied_three_ways_only_for_a_joint_vocabulary() -> None:
     assert separate.output_projection.weight is separate.tgt_embedding.tokens.weight
     untied = Transformer(replace(tiny().config, tie_embeddings=False), 9, 9, True, **SPECIAL_IDS)
     assert untied.output_projection.weight is not untied.tgt_embedding.tokens.weight
+    d = tiny().config.d_model
+    assert model.vocabulary_parameters() == VOCAB * d  # one tensor, counted once
+    assert separate.vocabulary_parameters() == (VOCAB + VOCAB + 5) * d
+    assert untied.vocabulary_parameters() == 3 * 9 * d  # nothing tied
 
 
 def test_parameter_count_matches_the_architecture() -> None:

@@ -320,6 +320,16 @@ class Transformer(nn.Module):
         if config.tie_embeddings:
             self.output_projection.weight = tgt_tokens.weight
 
+    def vocabulary_parameters(self) -> int:
+        """Parameters in the token embeddings and the output projection, a tied tensor once:
+        the share of the model that grows with the vocabulary."""
+        weights = (
+            self.src_embedding.tokens.weight,
+            self.tgt_embedding.tokens.weight,
+            self.output_projection.weight,
+        )
+        return sum({id(w): w.numel() for w in weights}.values())
+
     def reads_source(self) -> bool:
         """Whether any running decoder attention reads the source: the output's only path
         from the input."""

@@ -283,12 +283,11 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         check_resume_tokenizer(ckpt_path, config, data.tokenizer)
     module = TranslationModule(config, data.tokenizer)
     total = sum(p.numel() for p in module.model.parameters())
-    embeddings = module.model.tgt_embedding.tokens.weight.numel()
     log.info(
-        "model %s: %.2fM parameters (%.2fM in the tied embedding)",
+        "model %s: %.2fM parameters (%.2fM in the token embeddings and output projection)",
         config.model.name,
         total / 1e6,
-        embeddings / 1e6,
+        module.model.vocabulary_parameters() / 1e6,
     )
     if config.compile:
         module.model.compile_layers()
