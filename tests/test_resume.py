@@ -209,6 +209,38 @@ def test_same_seed_same_losses_and_translations_other_seed_differs(
     assert other[0] != first[0]
 
 
+def test_validating_less_often_trains_the_same_weights(toy_files: Path, tmp_path: Path) -> None:
+    """Validation draws nothing from the training's random streams and leaves the weights and
+    the moving average as it found them, so trainer.check_val_every_n_epoch only moves time
+    between validation and updates: runs 72 and 73 of docs/results.md rest on this."""
+    base = [
+        *tiny_overrides(toy_files, tmp_path / "cache"),
+        "trainer.max_epochs=4",
+        "optim.ema_decay=0.9",
+        "average_last=4",  # keeps every epoch's checkpoint
+    ]
+    for every in (1, 2):
+        train(
+            compose_config([*base, f"trainer.check_val_every_n_epoch={every}"]),
+            tmp_path / f"{every}",
+        )
+    validated = [
+        sum(1 for row in read_metrics(metrics_files(tmp_path / f"{every}")) if row.get("val/bleu"))
+        for every in (1, 2)
+    ]
+    assert validated == [4, 2]
+    for epoch in range(4):
+        each, second = (
+            read_checkpoint(tmp_path / f"{every}" / "checkpoints" / f"epoch{epoch:03d}.ckpt")
+            for every in (1, 2)
+        )
+        assert each["global_step"] == second["global_step"]
+        for state in ("state_dict", "current_model_state"):
+            assert each[state].keys() == second[state].keys()
+            for key, value in each[state].items():
+                assert torch.equal(second[state][key], value), (epoch, state, key)
+
+
 def nan_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Make the training loss NaN at one optimizer step."""
     loss = TranslationModule.loss
