@@ -252,6 +252,44 @@ def toy_overrides(data: Path, cache: Path) -> list[str]:
     ]
 
 
+def gradient_norms(
+    toy_files: Path, work: Path, monkeypatch, precision: str
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Train a tiny model 7 updates with clipping at 0.05 and train/grad_norm logged every 3rd:
+    (logged norm by step from metrics.csv, the norm recomputed in float64 just before Lightning
+    clips, by step: the gradients as the update finds them, unscaled under 16-mixed)."""
+    import csv
+
+    import torch
+
+    from seq2seq.training.module import TranslationModule
+    from seq2seq.training.run import train
+
+    recomputed: dict[int, float] = {}
+
+    def record(module: TranslationModule, optimizer) -> None:
+        grads = [p.grad.double().flatten() for p in module.parameters() if p.grad is not None]
+        recomputed[module.global_step] = float(torch.linalg.vector_norm(torch.cat(grads)))
+
+    monkeypatch.setattr(TranslationModule, "on_before_optimizer_step", record)
+    overrides = [
+        *toy_overrides(toy_files, work / "cache"),
+        "model=transformer_tiny",
+        f"trainer.precision={precision}",
+        "trainer.max_steps=7",
+        "trainer.log_every_n_steps=3",
+        "trainer.gradient_clip_val=0.05",
+        "trainer.num_sanity_val_steps=0",
+        "decoding=greedy",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    train(compose_config(overrides), work / "run")
+    with open(work / "run" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["train/grad_norm"]]
+    return {int(row["step"]): float(row["train/grad_norm"]) for row in rows}, recomputed
+
+
 def small_model(toy_files: Path, cache: Path) -> list[str]:
     return [
         *toy_overrides(toy_files, cache),

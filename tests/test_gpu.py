@@ -18,6 +18,7 @@ from helpers import (
     config_of,
     configured_model,
     few_pairs_overrides,
+    gradient_norms,
     run,
     toy_corpus,
     write_lines,
@@ -63,6 +64,20 @@ def test_trainer_gpu_trains_in_bf16_mixed_through_the_entry_point(tmp_path: Path
     assert "GPU available: True (cuda), used: True" in output
     assert "Using bfloat16 Automatic Mixed Precision (AMP)" in output  # Lightning, bf16-mixed
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_the_gradient_norm_under_float16_is_the_unscaled_gradients(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16-mixed leaves clipping to Lightning's gradient scaler, which has unscaled the gradients
+    by then: the logged norm is theirs, not the scaled one (about 65,536 times larger). An
+    early update may overflow in float16 (the scaler then skips it and lowers its scale): its
+    norm is inf in both."""
+    logged, recomputed = gradient_norms(toy_files, tmp_path, monkeypatch, "16-mixed")
+    assert list(logged) == [2, 5]
+    assert logged == pytest.approx({step: recomputed[step] for step in logged}, rel=1e-5)
+    assert math.isfinite(logged[5])
+    assert all(0.05 < norm < 1e3 for norm in logged.values() if math.isfinite(norm))
 
 
 def test_loss_under_cuda_bf16_autocast_is_close_to_fp32() -> None:

@@ -14,6 +14,7 @@ from helpers import (
     compose_config,
     config_of,
     few_pairs_overrides,
+    gradient_norms,
     python,
     random_batch,
     run,
@@ -107,6 +108,18 @@ def test_training_loss_and_rate_are_logged_at_the_loggers_steps_only(overfit_run
     # the rate needs the step before in the same epoch: an epoch's first step has none
     rates = [float(row[column["train/tok_s"]]) for row in rows if row[column["train/tok_s"]]]
     assert len(rates) >= len(steps) // 2 and all(rate > 0 for rate in rates)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_the_gradient_norm_before_clipping_is_logged_at_the_loggers_steps(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    """train/grad_norm is the global L2 norm of the gradients before clipping: every logged
+    value is the recomputed one, and above the clip value (a norm after clipping reads 0.05)."""
+    logged, recomputed = gradient_norms(toy_files, tmp_path, monkeypatch, precision)
+    assert sorted(recomputed) == list(range(7)) and list(logged) == [2, 5]
+    assert logged == pytest.approx({step: recomputed[step] for step in logged}, rel=1e-5)
+    assert min(logged.values()) > 0.05
 
 
 def test_evaluate_writes_hypotheses_and_scores(overfit_run, tmp_path: Path) -> None:

@@ -156,16 +156,22 @@ class TranslationModule(pl.LightningModule):
         """Clip by the global norm, and skip an update whose loss or gradients hold NaN/inf (no
         parameter or Adam moment changes), or stop, as `on_nonfinite` says. The norm decides,
         and a fused AdamW skips on the device, so no step waits for the host (the GPU's rate);
-        gradients are already all-reduced here, so every process decides alike."""
+        gradients are already all-reduced here, so every process decides alike. The norm before
+        clipping is logged as train/grad_norm at the loggers' steps, beside the loss."""
+        parameters = [p for p in self.parameters() if p.grad is not None]
         if str(self.trainer.precision).startswith("16"):
-            # float16's gradient scaler unscales, skips such steps and lowers its scale itself
+            # float16's gradient scaler has unscaled the gradients; it skips NaN/inf steps and
+            # lowers its scale itself
+            if self.logging_step():
+                self.log_gradient_norm(clip_gradients(parameters, None))
             super().configure_gradient_clipping(
                 optimizer, gradient_clip_val, gradient_clip_algorithm
             )
             return
-        parameters = [p for p in self.parameters() if p.grad is not None]
         by_value = gradient_clip_algorithm == "value"
         norm = clip_gradients(parameters, None if by_value else gradient_clip_val)
+        if self.logging_step():
+            self.log_gradient_norm(norm)
         if by_value and gradient_clip_val:
             torch.nn.utils.clip_grad_value_(parameters, gradient_clip_val)
         nonfinite = ~norm.isfinite()
@@ -180,6 +186,10 @@ class TranslationModule(pl.LightningModule):
         elif not skip_update_if(optimizer, nonfinite) and nonfinite:
             optimizer.zero_grad(set_to_none=True)  # AdamW leaves parameters without gradients
         self._nonfinite.append((step, nonfinite))
+
+    def log_gradient_norm(self, norm: Tensor) -> None:
+        """On the host, as the loss: read where the loggers write, not at every step."""
+        self.log("train/grad_norm", norm.detach().cpu())
 
     def skipped_steps(self) -> list[int]:
         """The updates skipped for NaN/inf so far (on_nonfinite=skip), read from the device
