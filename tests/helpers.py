@@ -258,10 +258,9 @@ def gradient_norms(
     """Train a tiny model 7 updates with clipping at 0.05 and train/grad_norm logged every 3rd:
     (logged norm by step from metrics.csv, the norm recomputed in float64 just before Lightning
     clips, by step: the gradients as the update finds them, unscaled under 16-mixed)."""
-    import csv
-
     import torch
 
+    from seq2seq.analysis.learning_curves import read_metrics
     from seq2seq.training.module import TranslationModule
     from seq2seq.training.run import train
 
@@ -285,8 +284,7 @@ def gradient_norms(
         "evaluate_after=false",
     ]
     train(compose_config(overrides), work / "run")
-    with open(work / "run" / "metrics.csv") as f:
-        rows = [row for row in csv.DictReader(f) if row["train/grad_norm"]]
+    rows = [row for row in read_metrics([work / "run" / "metrics.csv"]) if row["train/grad_norm"]]
     return {int(row["step"]): float(row["train/grad_norm"]) for row in rows}, recomputed
 
 
