@@ -158,16 +158,16 @@ class TranslationModule(pl.LightningModule):
         and a fused AdamW skips on the device, so no step waits for the host (the GPU's rate);
         gradients are already all-reduced here, so every process decides alike. The norm before
         clipping is logged as train/grad_norm at the loggers' steps, beside the loss."""
+        parameters = list(self.parameters())  # those without gradients: left out by the clippers
         if str(self.trainer.precision).startswith("16"):
             # float16's gradient scaler has unscaled the gradients; it skips NaN/inf steps and
             # lowers its scale itself
             if self.logging_step():
-                self.log_gradient_norm(clip_gradients(list(self.parameters()), None))
+                self.log_gradient_norm(clip_gradients(parameters, None))
             super().configure_gradient_clipping(
                 optimizer, gradient_clip_val, gradient_clip_algorithm
             )
             return
-        parameters = [p for p in self.parameters() if p.grad is not None]
         by_value = gradient_clip_algorithm == "value"
         norm = clip_gradients(parameters, None if by_value else gradient_clip_val)
         if self.logging_step():
