@@ -317,6 +317,7 @@ class RootConfig:
     decoding: DecodingConfig
     ckpt_path: str | None  # resume from it
     average_last: int  # average the last k epoch checkpoints after training (0: off)
+    prefer_checkpoint: str  # the final checkpoint unless another is higher: averaged | last
     early_stopping_patience: int  # epochs without a better validation BLEU
     evaluate_after: bool  # score the test sets with the final model after training
     compile: bool  # torch.compile the encoder and decoder layers for training
@@ -341,6 +342,12 @@ class RootConfig:
             f"must be >= 1, or null for the launcher's share of the CPUs; got {self.threads}",
         )
         require(self.average_last >= 0, "average_last", f"must be >= 0, got {self.average_last}")
+        require(
+            self.prefer_checkpoint in ("averaged", "last"),
+            "prefer_checkpoint",
+            f"'{self.prefer_checkpoint}': use averaged (the average of the last average_last "
+            "epochs) or last (the weights at the end: the moving average with optim.ema_decay)",
+        )
         require(self.early_stopping_patience >= 1, "early_stopping_patience", "must be >= 1")
         require(
             self.checkpoint_every_n_steps >= 0,
@@ -654,7 +661,13 @@ DECODING_BEFORE_SAMPLING = {
 def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved config in today's layout: keys added since it was written get the
     values that reproduce the run that wrote it, so that old checkpoints keep loading."""
-    upgraded = {"logger": dict(TENSORBOARD), "threads": None, "cuda_graphs": 0, **saved}
+    upgraded = {
+        "logger": dict(TENSORBOARD),
+        "threads": None,
+        "cuda_graphs": 0,
+        "prefer_checkpoint": "averaged",
+        **saved,
+    }
     upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
     upgraded["tokenizer"] = {"input_sentence_size": 0, "num_threads": 1, **saved["tokenizer"]}
     upgraded["data"] = {

@@ -149,7 +149,7 @@ def old_config() -> dict:
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["data"]["pad_to_multiple"]
-    del config["threads"], config["cuda_graphs"]
+    del config["threads"], config["cuda_graphs"], config["prefer_checkpoint"]
     del config["optim"]["decay"], config["optim"]["r_drop"], config["optim"]["ema_decay"]
     return config
 

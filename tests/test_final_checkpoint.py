@@ -1,16 +1,23 @@
-"""The final-checkpoint rule: the average stays unless the best epoch is higher on validation
-with paired-bootstrap p < 0.05, both scored with the run's decoding settings."""
+"""The final-checkpoint rule: the preferred candidate (the average, or the weights at the end)
+stays unless another one is higher on validation with paired-bootstrap p < 0.05, all scored with
+the run's decoding settings."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from helpers import config_of
+from helpers import compose_config, config_of
 
-from seq2seq.config import DecodingConfig
+from seq2seq.config import DecodingConfig, config_to_dict, load_config
+from seq2seq.errors import ConfigError
 from seq2seq.training import final_checkpoint
-from seq2seq.training.final_checkpoint import SIGNIFICANCE, choose_final, prefer_average
+from seq2seq.training.final_checkpoint import (
+    SIGNIFICANCE,
+    choose_final,
+    gather_candidates,
+    replaces,
+)
 
 REFERENCES = [f"a dog number {i} runs across the green field" for i in range(300)]
 WRONG = "the cat sleeps"
@@ -21,24 +28,24 @@ def with_errors(count: int) -> list[str]:
     return [WRONG] * count + REFERENCES[count:]
 
 
-def test_identical_outputs_keep_the_average() -> None:
-    keep, p_value = prefer_average(with_errors(10), with_errors(10), REFERENCES)
-    assert keep and p_value == 1.0
+def test_identical_outputs_keep_the_preferred() -> None:
+    replaced, p_value = replaces(with_errors(10), with_errors(10), REFERENCES)
+    assert not replaced and p_value == 1.0
 
 
-def test_a_clearly_better_best_epoch_replaces_the_average() -> None:
-    keep, p_value = prefer_average(with_errors(60), with_errors(0), REFERENCES)
-    assert not keep and p_value < SIGNIFICANCE
+def test_a_clearly_better_candidate_replaces_the_preferred() -> None:
+    replaced, p_value = replaces(with_errors(60), with_errors(0), REFERENCES)
+    assert replaced and p_value < SIGNIFICANCE
 
 
-def test_a_small_lead_of_the_best_epoch_keeps_the_average() -> None:
-    keep, p_value = prefer_average(with_errors(11), with_errors(10), REFERENCES)
-    assert keep and p_value >= SIGNIFICANCE
+def test_a_small_lead_keeps_the_preferred() -> None:
+    replaced, p_value = replaces(with_errors(11), with_errors(10), REFERENCES)
+    assert not replaced and p_value >= SIGNIFICANCE
 
 
-def test_a_higher_average_stays() -> None:
-    keep, _ = prefer_average(with_errors(0), with_errors(60), REFERENCES)
-    assert keep
+def test_a_higher_preferred_stays() -> None:
+    replaced, _ = replaces(with_errors(0), with_errors(60), REFERENCES)
+    assert not replaced
 
 
 @pytest.fixture
@@ -47,14 +54,17 @@ def beam() -> DecodingConfig:
 
 
 def test_one_candidate_is_chosen_without_decoding(beam: DecodingConfig) -> None:
-    choice = choose_final({"best": Path("nowhere/best.ckpt")}, beam, ["x"], ["y"])
-    assert (choice.chosen, choice.path, choice.val_bleu, choice.p_value) == (
+    choice = choose_final({"best": Path("nowhere/best.ckpt")}, "averaged", beam, ["x"], ["y"])
+    assert (choice.chosen, choice.path, choice.val_bleu, choice.p_values) == (
         "best",
         Path("nowhere/best.ckpt"),
         {},
-        None,
+        {},
     )
     assert "no average" in choice.summary()["reason"]
+    alone = choose_final({"last": Path("last.ckpt")}, "last", beam, ["x"], ["y"])
+    assert alone.chosen == "last"
+    assert alone.reason == "one candidate: no validation ran and no average"
 
 
 @pytest.mark.parametrize(
@@ -72,9 +82,64 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     candidates = {"last": Path("last.ckpt"), "averaged": Path("averaged.ckpt")}
-    choice = choose_final(candidates, beam, REFERENCES, REFERENCES)
+    choice = choose_final(candidates, "averaged", beam, REFERENCES, REFERENCES)
     assert sorted(seen) == [("averaged", 5), ("last", 5)]
     assert choice.chosen == chosen and choice.path == candidates[chosen]
     assert set(choice.val_bleu) == {"averaged", "last"}
     assert choice.val_bleu["last"] > choice.val_bleu["averaged"]
     assert "beam 5, length penalty 1.0" in choice.reason
+    assert set(choice.p_values) == {"last"}
+
+
+@pytest.mark.parametrize(
+    ("errors", "chosen"),
+    [
+        ({"last": 10, "best": 11, "averaged": 11}, "last"),  # small leads: the preferred stays
+        ({"last": 10, "best": 12, "averaged": 9}, "last"),  # a lead without significance
+        ({"last": 60, "best": 0, "averaged": 40}, "best"),
+        ({"last": 60, "best": 20, "averaged": 0}, "averaged"),  # the higher of two that beat it
+    ],
+)
+def test_the_preferred_last_stays_unless_another_is_significantly_higher(
+    beam: DecodingConfig, monkeypatch, errors: dict[str, int], chosen: str
+) -> None:
+    def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+        return with_errors(errors[ckpt.stem])
+
+    monkeypatch.setattr(final_checkpoint, "translate", translate)
+    candidates = {name: Path(f"{name}.ckpt") for name in ("best", "last", "averaged")}
+    choice = choose_final(candidates, "last", beam, REFERENCES, REFERENCES)
+    assert choice.chosen == chosen and choice.path == candidates[chosen]
+    assert list(choice.p_values) == ["averaged", "best"]  # each against last
+    assert choice.reason.startswith("validation BLEU, beam 5")
+    summary = choice.summary()
+    assert set(summary["val_bleu"]) == set(candidates)
+    assert summary["chosen"] == chosen
+
+
+@pytest.mark.parametrize(
+    ("best", "averaged", "prefer", "names"),
+    [
+        (Path("best.ckpt"), Path("averaged.ckpt"), "averaged", ["best", "averaged"]),
+        (Path("best.ckpt"), Path("averaged.ckpt"), "last", ["best", "last", "averaged"]),
+        (Path("best.ckpt"), None, "averaged", ["best"]),
+        (Path("best.ckpt"), None, "last", ["best", "last"]),
+        (None, Path("averaged.ckpt"), "averaged", ["last", "averaged"]),  # no validation ran
+        (None, None, "last", ["last"]),
+    ],
+)
+def test_candidates_are_best_the_average_and_last_where_preferred_or_standing_in(
+    best: Path | None, averaged: Path | None, prefer: str, names: list[str]
+) -> None:
+    candidates = gather_candidates(best, Path("last.ckpt"), averaged, prefer)
+    assert list(candidates) == names
+    assert all(path.stem == name for name, path in candidates.items())
+
+
+def test_a_config_from_before_prefer_checkpoint_keeps_the_average() -> None:
+    saved = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_tuned"]))
+    assert saved["prefer_checkpoint"] == "last"  # README's first command, since 2026-11-30
+    del saved["prefer_checkpoint"]
+    assert load_config(saved).prefer_checkpoint == "averaged"  # the rule these runs ended with
+    with pytest.raises(ConfigError, match="config key 'prefer_checkpoint': 'best': use averaged"):
+        compose_config(["prefer_checkpoint=best"])

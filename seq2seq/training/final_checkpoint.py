@@ -1,11 +1,12 @@
-"""The checkpoint a run ends with: the average of its last epochs, or its best epoch.
+"""The checkpoint a run ends with: the preferred candidate unless another one scores higher.
 
-Both candidates are scored as the test sets will be: the run's decoding settings (beam search)
+Every candidate is scored as the test sets will be: the run's decoding settings (beam search)
 on the validation split, in fp32, by the same Translator that `evaluate` uses. In-training
 validation (greedy, training precision) cannot decide between them: in issue 27's run
 best.ckpt led the average by 0.16 greedy validation BLEU and trailed it by 1.18 test BLEU.
-Differences that small are noise on a 1,014-sentence set, so the average is kept unless the
-best epoch scores higher and sacreBLEU's paired bootstrap gives p < 0.05 (`SIGNIFICANCE`).
+Differences that small are noise on a 1,014-sentence set, so the preferred candidate
+(`prefer_checkpoint`) is kept unless another one scores higher and sacreBLEU's paired bootstrap
+gives p < 0.05 (`SIGNIFICANCE`); of several such, the highest-scoring replaces it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from seq2seq.metrics import bleu
 
 log = logging.getLogger(__name__)
 
-SIGNIFICANCE = 0.05  # the best epoch replaces the average only below this p-value
+SIGNIFICANCE = 0.05  # another candidate replaces the preferred one only below this p-value
 
 
 @dataclass
@@ -33,14 +34,14 @@ class FinalChoice:
     path: Path
     reason: str
     val_bleu: dict[str, float] = field(default_factory=dict)  # candidate -> BLEU
-    p_value: float | None = None  # paired bootstrap, the other candidate against the average
+    p_values: dict[str, float] = field(default_factory=dict)  # candidate -> p, against preferred
 
     def summary(self) -> dict:
         return {
             "chosen": self.chosen,
             "reason": self.reason,
             "val_bleu": self.val_bleu,
-            "p_value": self.p_value,
+            "p_values": self.p_values,
         }
 
 
@@ -60,43 +61,65 @@ def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[
     )
 
 
-def prefer_average(
-    averaged: list[str], other: list[str], references: list[str]
-) -> tuple[bool, float]:
-    """Whether the average stays (module docstring), and the bootstrap's p-value."""
-    comparison = paired_bootstrap(averaged, other, references)
-    keep = comparison.difference <= 0 or comparison.p_value >= SIGNIFICANCE
-    return keep, comparison.p_value
+def gather_candidates(
+    best: Path | None, last: Path, averaged: Path | None, prefer: str
+) -> dict[str, Path]:
+    """The checkpoints the rule chooses among: `best` (`last` stands in when no validation ran),
+    `last` when it is the preferred one, and the average when there is one."""
+    candidates = {"best": best} if best is not None else {}
+    if prefer == "last" or best is None:
+        candidates["last"] = last
+    if averaged is not None:
+        candidates["averaged"] = averaged
+    return candidates
+
+
+def replaces(preferred: list[str], other: list[str], references: list[str]) -> tuple[bool, float]:
+    """Whether `other` replaces the preferred outputs (module docstring), and the p-value."""
+    comparison = paired_bootstrap(preferred, other, references)
+    return comparison.difference > 0 and comparison.p_value < SIGNIFICANCE, comparison.p_value
 
 
 def choose_final(
     candidates: dict[str, Path],
+    prefer: str,
     decoding: DecodingConfig,
     sources: list[str],
     references: list[str],
 ) -> FinalChoice:
-    """The final checkpoint among `averaged` (if any) and `best` or `last`."""
-    other = "best" if "best" in candidates else "last"
-    if "averaged" not in candidates:
-        reason = "one candidate: no average (average_last < 2, or fewer than 2 epochs)"
-        return FinalChoice(other, candidates[other], reason)
+    """The final checkpoint among `candidates` (averaged, best, last), `prefer` kept by default."""
+    if len(candidates) == 1:
+        ((name, path),) = candidates.items()
+        reason = (
+            "one candidate: no average (average_last < 2, or fewer than 2 epochs)"
+            if prefer == "averaged"
+            else "one candidate: no validation ran and no average"
+        )
+        return FinalChoice(name, path, reason)
     measure = f"validation BLEU, {decoding_description(decoding)}, fp32"
-    outputs = {name: translate(candidates[name], decoding, sources) for name in ("averaged", other)}
+    outputs = {name: translate(path, decoding, sources) for name, path in candidates.items()}
     scores = {name: round(bleu(texts, references), 2) for name, texts in outputs.items()}
-    keep, p_value = prefer_average(outputs["averaged"], outputs[other], references)
-    chosen = "averaged" if keep else other
+    p_values, higher = {}, []
+    for name in sorted(candidates.keys() - {prefer}):
+        replaced, p_values[name] = replaces(outputs[prefer], outputs[name], references)
+        if replaced:
+            higher.append(name)
+    chosen = max(higher, key=scores.__getitem__, default=prefer)
+    others = " or ".join(sorted(p_values))
     verdict = (
-        f"{other} higher with p < {SIGNIFICANCE}"
-        if not keep
-        else f"the average unless {other} is higher with p < {SIGNIFICANCE}"
+        f"{chosen} higher than {prefer} with p < {SIGNIFICANCE}"
+        if chosen != prefer
+        else f"{prefer} unless {others} is higher with p < {SIGNIFICANCE}"
     )
     log.info(
-        "%s: averaged %.2f, %s %.2f (paired bootstrap p = %.3f): %s",
+        "%s: %s: %s",
         measure,
-        scores["averaged"],
-        other,
-        scores[other],
-        p_value,
+        ", ".join(
+            f"{name} {score:.2f}" + (f" (p = {p_values[name]:.3f})" if name in p_values else "")
+            for name, score in scores.items()
+        ),
         chosen,
     )
-    return FinalChoice(chosen, candidates[chosen], f"{measure}; {verdict}", scores, p_value)
+    return FinalChoice(
+        chosen, candidates[chosen], f"{measure}; {verdict}", scores, dict(sorted(p_values.items()))
+    )

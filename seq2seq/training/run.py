@@ -40,7 +40,7 @@ from seq2seq.training.callbacks import (
     ValidateAtMaxSteps,
 )
 from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
-from seq2seq.training.final_checkpoint import choose_final
+from seq2seq.training.final_checkpoint import choose_final, gather_candidates
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.precision import resolve_precision
 
@@ -308,14 +308,15 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
     if not trainer.is_global_zero:
         return None
     checkpoints = run_dir / "checkpoints"
-    candidates = {"best": Path(best.best_model_path)} if best.best_model_path else {}
-    if not candidates:  # no validation ran
-        candidates["last"] = checkpoints / "last.ckpt"
     averaged = average_last(checkpoints, config.average_last) if config.average_last else None
-    if averaged is not None:
-        candidates["averaged"] = averaged
+    candidates = gather_candidates(
+        Path(best.best_model_path) if best.best_model_path else None,
+        checkpoints / "last.ckpt",
+        averaged,
+        config.prefer_checkpoint,
+    )
     sources, references = data.raw_pairs(config.data.val_split)
-    final = choose_final(candidates, config.decoding, sources, references)
+    final = choose_final(candidates, config.prefer_checkpoint, config.decoding, sources, references)
     log.info("final checkpoint: %s (%s)", final.path, final.reason)
     metrics = trainer.callback_metrics
     return {
