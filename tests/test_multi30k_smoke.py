@@ -32,6 +32,7 @@ def test_tiny_model_learns_multi30k_through_train_and_evaluate(shared_data: Path
             "optim.lr=2e-3",
             "optim.warmup_steps=100",
             "average_last=2",
+            "prefer_checkpoint=last",
             "evaluate_after=false",
             "hydra.run.dir=run",
         ],
@@ -45,6 +46,11 @@ def test_tiny_model_learns_multi30k_through_train_and_evaluate(shared_data: Path
         validation = [row for row in csv.DictReader(f) if row["val/bleu"]]
     losses = [float(row["val/loss"]) for row in validation]
     assert len(losses) == 2 and losses[1] < losses[0]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    choice = summary["final_checkpoint_choice"]
+    assert set(choice["val_bleu"]) == {"best", "last", "averaged"}  # each decoded with beam 5
+    assert set(choice["p_values"]) == {"best", "averaged"}  # each against the preferred last
+    assert Path(summary["final_checkpoint"]).name == f"{choice['chosen']}.ckpt"
 
     ckpt = tmp_path / "run" / "checkpoints" / "averaged.ckpt"
     evaluate = subprocess.run(
