@@ -92,7 +92,7 @@ def choose_final(
         ((name, path),) = candidates.items()
         reason = (
             "one candidate: no average (average_last < 2, or fewer than 2 epochs)"
-            if prefer == "averaged"
+            if name == "best"
             else "one candidate: no validation ran and no average"
         )
         return FinalChoice(name, path, reason)
@@ -120,6 +120,4 @@ def choose_final(
         ),
         chosen,
     )
-    return FinalChoice(
-        chosen, candidates[chosen], f"{measure}; {verdict}", scores, dict(sorted(p_values.items()))
-    )
+    return FinalChoice(chosen, candidates[chosen], f"{measure}; {verdict}", scores, p_values)
