@@ -103,6 +103,7 @@ class DataConfig:
     encode_processes: int  # processes that encode a corpus; 0: one per CPU core
     bpe_dropout: float  # training split segmented anew each epoch, merges dropped at this rate
     pad_to_multiple: int  # training batches' lengths padded up to a multiple of this
+    bidirectional_epochs: int  # first epochs that also train on the pairs reversed (0: off)
 
     def check(self) -> None:
         if self.languages is not None:
@@ -163,6 +164,11 @@ class DataConfig:
             0 <= self.bpe_dropout < 1,
             "data.bpe_dropout",
             f"must be in [0, 1) (0: off; Provilkov et al. use 0.1), got {self.bpe_dropout}",
+        )
+        require(
+            self.bidirectional_epochs >= 0,
+            "data.bidirectional_epochs",
+            f"must be >= 0 (0: off), got {self.bidirectional_epochs}",
         )
 
 
@@ -394,6 +400,19 @@ class RootConfig:
             "data.bpe_dropout",
             f"drops merges of a BPE model, and tokenizer.model_type is "
             f"{self.tokenizer.model_type}; use tokenizer.model_type=bpe or data.bpe_dropout=0",
+        )
+        require(
+            self.data.bidirectional_epochs == 0 or self.tokenizer.joint,
+            "data.bidirectional_epochs",
+            f"{self.data.bidirectional_epochs} trains on target sentences as sources, which "
+            "needs one vocabulary for both languages, and tokenizer.joint is false; set "
+            "tokenizer.joint=true or data.bidirectional_epochs=0",
+        )
+        require(
+            self.data.bidirectional_epochs == 0 or self.data.bpe_dropout == 0,
+            "data.bidirectional_epochs",
+            f"{self.data.bidirectional_epochs} with data.bpe_dropout={self.data.bpe_dropout}: "
+            "the two are not offered together; set one of them to 0",
         )
         require(
             self.data.bpe_dropout == 0 or self.data.num_workers == 0,
@@ -675,6 +694,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "min_train_pairs": 1,
         "bpe_dropout": 0.0,
         "pad_to_multiple": 1,
+        "bidirectional_epochs": 0,
         **saved["data"],
     }
     upgraded["optim"] = {

@@ -148,7 +148,7 @@ def old_config() -> dict:
         del config["decoding"][key]  # added since
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
-    del config["data"]["pad_to_multiple"]
+    del config["data"]["pad_to_multiple"], config["data"]["bidirectional_epochs"]
     del config["threads"], config["cuda_graphs"], config["prefer_checkpoint"]
     del config["optim"]["decay"], config["optim"]["r_drop"], config["optim"]["ema_decay"]
     return config
@@ -217,6 +217,7 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.model.token_replacement == 0.0  # written before the key existed
     assert trained.config.data.bpe_dropout == 0.0  # likewise
     assert trained.config.data.pad_to_multiple == 1  # likewise: batches padded to their longest
+    assert trained.config.data.bidirectional_epochs == 0  # likewise: the pairs as given
     assert trained.config.cuda_graphs == 0  # likewise: trained eagerly
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
@@ -251,6 +252,7 @@ def test_an_export_directory_with_an_old_config_loads(sentencepiece: bytes, tmp_
     assert config.optim.ema_decay == 0.0
     assert config.model.token_replacement == 0.0 and config.cuda_graphs == 0
     assert config.data.bpe_dropout == 0.0 and config.decoding.search == "beam"
+    assert config.data.bidirectional_epochs == 0
 
 
 def test_average_of_two_old_checkpoints(sentencepiece: bytes, tmp_path: Path) -> None:

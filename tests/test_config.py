@@ -217,6 +217,17 @@ def test_readmes_first_command_composes_the_tuned_preset() -> None:
             "use tokenizer.model_type=bpe or data.bpe_dropout=0",
         ),
         (["data.bpe_dropout=0.1", "data.num_workers=2"], "data.bpe_dropout", "data.num_workers=0"),
+        (["data.bidirectional_epochs=-1"], "data.bidirectional_epochs", "must be >= 0 (0: off)"),
+        (
+            ["data.bidirectional_epochs=3", "tokenizer.joint=false"],
+            "data.bidirectional_epochs",
+            "set tokenizer.joint=true or data.bidirectional_epochs=0",
+        ),
+        (
+            ["data.bidirectional_epochs=3", "data.bpe_dropout=0.1"],
+            "data.bidirectional_epochs",
+            "not offered together; set one of them to 0",
+        ),
         (["data=parallel_files"], "data.splits.train", "name either two files"),
         (
             ["data=parallel_files", "data.splits.train.src=a", "data.splits.train.tsv=b"],

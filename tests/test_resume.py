@@ -90,8 +90,8 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["data.bpe_dropout=0.1"], ["optim.ema_decay=0.9"]],
-    ids=["cached", "bpe_dropout", "moving_average"],
+    [[], ["data.bpe_dropout=0.1"], ["optim.ema_decay=0.9"], ["data.bidirectional_epochs=1"]],
+    ids=["cached", "bpe_dropout", "moving_average", "bidirectional"],
 )
 def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
     extra: list[str], toy_files: Path, tmp_path: Path

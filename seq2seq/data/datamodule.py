@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from seq2seq.concurrency import thread_budget, usable_cpus, worker_start_method
 from seq2seq.config import DataConfig, RootConfig
 from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
+from seq2seq.data.bidirectional import BidirectionalSplit
 from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,
@@ -162,6 +163,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.prepared: PreparedData | None = None
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
         self._bpe_dropout: BPEDropoutSplit | None = None
+        self._bidirectional: BidirectionalSplit | None = None
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
@@ -217,12 +219,21 @@ class TranslationDataModule(pl.LightningDataModule):
         """Raw target lines of the split's pairs in dataset order: what BLEU is computed on."""
         return self.raw_pairs(split)[1]
 
-    def dataset(self, split: str, shuffle: bool) -> EncodedSplit | BPEDropoutSplit:
-        """What a loader of `split` serves: the cached encoding, or for training under
-        data.bpe_dropout > 0 the split segmented anew each epoch."""
+    def dataset(
+        self, split: str, shuffle: bool
+    ) -> EncodedSplit | BPEDropoutSplit | BidirectionalSplit:
+        """What a loader of `split` serves: the cached encoding, or for training the split
+        segmented anew each epoch (data.bpe_dropout > 0) or with its pairs also reversed in
+        the first epochs (data.bidirectional_epochs > 0)."""
         assert self.prepared is not None, "call setup() first"
         encoded = self.prepared.splits[split]
         dropout = self.config.data.bpe_dropout
+        if shuffle and self.config.data.bidirectional_epochs > 0:
+            if self._bidirectional is None:
+                self._bidirectional = BidirectionalSplit(
+                    encoded, self.config.data.bidirectional_epochs
+                )
+            return self._bidirectional
         if not shuffle or dropout == 0:
             return encoded
         if self._bpe_dropout is None:
@@ -251,7 +262,9 @@ class TranslationDataModule(pl.LightningDataModule):
             seed=self.config.seed,
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
-            lengths_of_epoch=dataset.lengths if isinstance(dataset, BPEDropoutSplit) else None,
+            lengths_of_epoch=dataset.lengths
+            if isinstance(dataset, (BPEDropoutSplit, BidirectionalSplit))
+            else None,
             pad_to_multiple=self.pad_to_multiple(shuffle),
         )
         if trainer is not None:  # its length is then the epoch's, when Lightning asks

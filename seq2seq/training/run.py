@@ -72,14 +72,22 @@ def trainer_arguments(config: RootConfig) -> dict:
                 f"(pytorch_lightning {pl.__version__}); check its spelling"
             )
     arguments = dict(config.trainer)
-    if config.data.bpe_dropout > 0:
-        # each epoch's segmentation has its own number of batches, which Lightning counts
-        # only when it makes the loaders
+    changing = [
+        key
+        for key, on in (
+            ("data.bpe_dropout", config.data.bpe_dropout > 0),
+            ("data.bidirectional_epochs", config.data.bidirectional_epochs > 0),
+        )
+        if on
+    ]
+    if changing:
+        # epochs serve different numbers of batches (each segmentation its own; both
+        # directions twice the pairs), which Lightning counts only when it makes the loaders
         reload = arguments.setdefault("reload_dataloaders_every_n_epochs", 1)
         if reload != 1:
             raise ConfigError(
                 f"config key 'trainer.reload_dataloaders_every_n_epochs': {reload}, and "
-                "data.bpe_dropout needs the training batches counted anew each epoch; "
+                f"{changing[0]} needs the training batches counted anew each epoch; "
                 "remove the key or set it to 1"
             )
     return arguments
