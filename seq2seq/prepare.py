@@ -46,6 +46,7 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         table.add_column(column, justify="left" if column == "split" else "right")
     for name, split in prepared.splits.items():
         sampler = module.batch_sampler(name, shuffle=name == config.data.train_split)
+        sampler.set_epoch(config.data.bidirectional_epochs)  # training: the pairs as given
         c = split.counts
         table.add_row(
             name,
@@ -74,6 +75,14 @@ def main(config: RootConfig) -> None:
     if not console.is_terminal:  # logs and pipes: no wrapping of the table
         console = Console(width=160)
     console.print(summary(config, prepared, module))
+    both = config.data.bidirectional_epochs
+    if both:
+        sampler = module.batch_sampler(config.data.train_split, shuffle=True)  # epoch 0
+        console.print(
+            f"{config.data.train_split}, epochs 0-{both - 1} (data.bidirectional_epochs={both}): "
+            f"the pairs as given and reversed, {len(sampler)} batches, {sampler.shapes()} shapes, "
+            f"{100 * sampler.padding_fraction():.1f}% padding"
+        )
     built = ", ".join(prepared.built) or "nothing (all from cache)"
     console.print(f"ready in {elapsed:.2f}s; built: {built}; cache: {config.paths.cache_dir}")
 

@@ -30,6 +30,13 @@ def test_prepare_multi30k_cold_then_warm(shared_data: Path, tmp_path: Path) -> N
     assert "built: nothing (all from cache)" in warm.stdout
     assert train_row in warm.stdout
 
+    both = run_prepare(tmp_path, *overrides, "data.bidirectional_epochs=2")
+    assert train_row in both.stdout  # the table: the epochs after them, the pairs as given
+    batches = int(cells[-3])
+    line = next(x for x in both.stdout.splitlines() if x.startswith("train, epochs 0-1 "))
+    reversed_too = int(line.split("reversed, ")[1].split(" batches")[0])
+    assert 1.8 * batches < reversed_too < 2.1 * batches
+
 
 def test_unknown_key_fails_with_its_name(tmp_path: Path) -> None:
     result = run_prepare(tmp_path, "+data.max_token=10")
