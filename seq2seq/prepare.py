@@ -46,7 +46,8 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         table.add_column(column, justify="left" if column == "split" else "right")
     for name, split in prepared.splits.items():
         sampler = module.batch_sampler(name, shuffle=name == config.data.train_split)
-        sampler.set_epoch(config.data.bidirectional_epochs)  # training: the pairs as given
+        # training: an epoch after the bidirectional ones (evaluation batches have no epoch)
+        sampler.set_epoch(config.data.bidirectional_epochs)
         c = split.counts
         table.add_row(
             name,
