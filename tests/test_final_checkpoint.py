@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import compose_config, config_of
 
 from seq2seq.config import DecodingConfig, config_to_dict, load_config
@@ -15,8 +16,10 @@ from seq2seq.training import final_checkpoint
 from seq2seq.training.final_checkpoint import (
     SIGNIFICANCE,
     choose_final,
+    decode_candidates,
     gather_candidates,
     replaces,
+    same_weights,
 )
 
 REFERENCES = [f"a dog number {i} runs across the green field" for i in range(300)]
@@ -53,6 +56,55 @@ def beam() -> DecodingConfig:
     return config_of("decoding/beam", DecodingConfig)
 
 
+@pytest.fixture
+def distinct_weights(monkeypatch) -> None:
+    """Candidates named by path alone, each with weights of its own."""
+    monkeypatch.setattr(
+        final_checkpoint, "weights", lambda ckpt: {"w": torch.tensor([ord(c) for c in ckpt.stem])}
+    )
+
+
+def write_checkpoint(path: Path, state: dict[str, torch.Tensor]) -> Path:
+    torch.save({"seq2seq": {}, "state_dict": state}, path)
+    return path
+
+
+def test_same_weights_means_every_tensor_equal() -> None:
+    state = {"model.a": torch.arange(4.0), "model.b": torch.ones(2, 2)}
+    assert same_weights(state, {name: t.clone() for name, t in state.items()})
+    nudged = {**state, "model.b": torch.tensor([[1.0, 1.0], [1.0, 1.0 + 1e-6]])}
+    assert not same_weights(state, nudged)
+    assert not same_weights(state, {"model.a": state["model.a"]})
+
+
+def test_candidates_with_the_same_weights_are_decoded_once(
+    beam: DecodingConfig, monkeypatch, tmp_path: Path
+) -> None:
+    end = {"model.w": torch.arange(6.0)}
+    candidates = {
+        "best": write_checkpoint(tmp_path / "best.ckpt", end),  # the best epoch was the last
+        "last": write_checkpoint(tmp_path / "last.ckpt", {"model.w": torch.arange(6.0)}),
+        "averaged": write_checkpoint(tmp_path / "averaged.ckpt", {"model.w": torch.zeros(6)}),
+    }
+    errors = {"best": 10, "averaged": 60}
+    decoded = []
+
+    def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+        decoded.append(ckpt.stem)
+        return with_errors(errors[ckpt.stem])
+
+    monkeypatch.setattr(final_checkpoint, "translate", translate)
+    outputs, twins = decode_candidates(candidates, beam, REFERENCES)
+    assert decoded == ["best", "averaged"] and twins == {"last": "best"}
+    assert outputs["last"] == outputs["best"] == with_errors(10)
+    decoded.clear()
+    choice = choose_final(candidates, "last", beam, REFERENCES, REFERENCES)
+    assert decoded == ["best", "averaged"]
+    assert choice.chosen == "last" and choice.val_bleu["best"] == choice.val_bleu["last"]
+    assert choice.p_values["best"] == 1.0
+    assert choice.summary()["same_weights"] == {"last": "best"}
+
+
 def test_one_candidate_is_chosen_without_decoding(beam: DecodingConfig) -> None:
     choice = choose_final({"best": Path("nowhere/best.ckpt")}, "averaged", beam, ["x"], ["y"])
     assert (choice.chosen, choice.path, choice.val_bleu, choice.p_values) == (
@@ -72,7 +124,7 @@ def test_one_candidate_is_chosen_without_decoding(beam: DecodingConfig) -> None:
     [({"averaged": 60, "last": 0}, "last"), ({"averaged": 11, "last": 10}, "averaged")],
 )
 def test_candidates_are_decoded_with_the_run_settings_and_recorded(
-    beam: DecodingConfig, monkeypatch, errors: dict[str, int], chosen: str
+    beam: DecodingConfig, monkeypatch, distinct_weights, errors: dict[str, int], chosen: str
 ) -> None:
     seen = []
 
@@ -88,7 +140,7 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
     assert set(choice.val_bleu) == {"averaged", "last"}
     assert choice.val_bleu["last"] > choice.val_bleu["averaged"]
     assert "beam 5, length penalty 1.0" in choice.reason
-    assert set(choice.p_values) == {"last"}
+    assert set(choice.p_values) == {"last"} and choice.same_weights == {}
 
 
 @pytest.mark.parametrize(
@@ -101,7 +153,7 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
     ],
 )
 def test_the_preferred_last_stays_unless_another_is_significantly_higher(
-    beam: DecodingConfig, monkeypatch, errors: dict[str, int], chosen: str
+    beam: DecodingConfig, monkeypatch, distinct_weights, errors: dict[str, int], chosen: str
 ) -> None:
     def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
         return with_errors(errors[ckpt.stem])

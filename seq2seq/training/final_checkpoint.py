@@ -7,6 +7,8 @@ best.ckpt led the average by 0.16 greedy validation BLEU and trailed it by 1.18 
 Differences that small are noise on a 1,014-sentence set, so the preferred candidate
 (`prefer_checkpoint`) is kept unless another one scores higher and sacreBLEU's paired bootstrap
 gives p < 0.05 (`SIGNIFICANCE`); of several such, the highest-scoring replaces it.
+Candidates holding the same weights (the best epoch is often the last, so best.ckpt holds the
+weights of last.ckpt) are decoded once and recorded as the same.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from seq2seq.analysis.significance import paired_bootstrap
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.checkpoint import load_trained
+from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.metrics import bleu
 
@@ -35,6 +39,7 @@ class FinalChoice:
     reason: str
     val_bleu: dict[str, float] = field(default_factory=dict)  # candidate -> BLEU
     p_values: dict[str, float] = field(default_factory=dict)  # candidate -> p, against preferred
+    same_weights: dict[str, str] = field(default_factory=dict)  # candidate -> the one it equals
 
     def summary(self) -> dict:
         return {
@@ -42,6 +47,7 @@ class FinalChoice:
             "reason": self.reason,
             "val_bleu": self.val_bleu,
             "p_values": self.p_values,
+            "same_weights": self.same_weights,
         }
 
 
@@ -59,6 +65,30 @@ def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[
     return Translator(trained.model, trained.tokenizer, decoding, default_device()).translate(
         sources
     )
+
+
+def weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return read_checkpoint(ckpt)["state_dict"]
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def decode_candidates(
+    candidates: dict[str, Path], decoding: DecodingConfig, sources: list[str]
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each candidate's translations, and the candidates whose weights equal an earlier one's
+    (decoded once, their translations shared)."""
+    outputs, loaded, twins = {}, {}, {}
+    for name, path in candidates.items():
+        loaded[name] = weights(path)
+        twin = next((other for other in outputs if same_weights(loaded[other], loaded[name])), None)
+        if twin is None:
+            outputs[name] = translate(path, decoding, sources)
+        else:
+            outputs[name], twins[name] = outputs[twin], twin
+    return outputs, twins
 
 
 def gather_candidates(
@@ -97,7 +127,7 @@ def choose_final(
         )
         return FinalChoice(name, path, reason)
     measure = f"validation BLEU, {decoding_description(decoding)}, fp32"
-    outputs = {name: translate(path, decoding, sources) for name, path in candidates.items()}
+    outputs, twins = decode_candidates(candidates, decoding, sources)
     scores = {name: round(bleu(texts, references), 2) for name, texts in outputs.items()}
     p_values, higher = {}, []
     for name in sorted(candidates.keys() - {prefer}):
@@ -115,9 +145,11 @@ def choose_final(
         "%s: %s: %s",
         measure,
         ", ".join(
-            f"{name} {score:.2f}" + (f" (p = {p_values[name]:.3f})" if name in p_values else "")
+            f"{name} {score:.2f}"
+            + (f" (p = {p_values[name]:.3f})" if name in p_values else "")
+            + (f" (the weights of {twins[name]})" if name in twins else "")
             for name, score in scores.items()
         ),
         chosen,
     )
-    return FinalChoice(chosen, candidates[chosen], f"{measure}; {verdict}", scores, p_values)
+    return FinalChoice(chosen, candidates[chosen], f"{measure}; {verdict}", scores, p_values, twins)
