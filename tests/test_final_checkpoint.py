@@ -4,11 +4,13 @@ the run's decoding settings."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import compose_config, config_of
+from helpers import compose_config, config_of, tiny_checkpoint
 
 from seq2seq.config import DecodingConfig, config_to_dict, load_config
 from seq2seq.errors import ConfigError
@@ -58,15 +60,13 @@ def beam() -> DecodingConfig:
 
 @pytest.fixture
 def distinct_weights(monkeypatch) -> None:
-    """Candidates named by path alone, each with weights of its own."""
-    monkeypatch.setattr(
-        final_checkpoint, "weights", lambda ckpt: {"w": torch.tensor([ord(c) for c in ckpt.stem])}
-    )
+    """Candidates named by path alone (`stem`), each with weights of its own."""
 
+    def load_trained(ckpt: Path) -> SimpleNamespace:
+        state = {"w": torch.tensor([ord(c) for c in ckpt.stem])}
+        return SimpleNamespace(stem=ckpt.stem, model=SimpleNamespace(state_dict=lambda: state))
 
-def write_checkpoint(path: Path, state: dict[str, torch.Tensor]) -> Path:
-    torch.save({"seq2seq": {}, "state_dict": state}, path)
-    return path
+    monkeypatch.setattr(final_checkpoint, "load_trained", load_trained)
 
 
 def test_same_weights_means_every_tensor_equal() -> None:
@@ -80,26 +80,28 @@ def test_same_weights_means_every_tensor_equal() -> None:
 def test_candidates_with_the_same_weights_are_decoded_once(
     beam: DecodingConfig, monkeypatch, tmp_path: Path
 ) -> None:
-    end = {"model.w": torch.arange(6.0)}
-    candidates = {
-        "best": write_checkpoint(tmp_path / "best.ckpt", end),  # the best epoch was the last
-        "last": write_checkpoint(tmp_path / "last.ckpt", {"model.w": torch.arange(6.0)}),
-        "averaged": write_checkpoint(tmp_path / "averaged.ckpt", {"model.w": torch.zeros(6)}),
-    }
-    errors = {"best": 10, "averaged": 60}
+    best = tiny_checkpoint(tmp_path)  # the best epoch was the last: last.ckpt, the same weights
+    last = Path(shutil.copy(best, tmp_path / "last.ckpt"))
+    checkpoint = torch.load(best, map_location="cpu", weights_only=True)
+    first = next(name for name in checkpoint["state_dict"] if "encoder_layers" in name)
+    checkpoint["state_dict"][first] = checkpoint["state_dict"][first] + 1e-3  # one weight moved
+    averaged = tmp_path / "averaged.ckpt"
+    torch.save(checkpoint, averaged)
+    candidates = {"best": best, "last": last, "averaged": averaged}
     decoded = []
 
-    def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
-        decoded.append(ckpt.stem)
-        return with_errors(errors[ckpt.stem])
+    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+        decoded.append(trained.model.state_dict()[first.removeprefix("model.")].sum().item())
+        return with_errors(10 if len(decoded) % 2 else 60)  # the first weights, then the other
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     outputs, twins = decode_candidates(candidates, beam, REFERENCES)
-    assert decoded == ["best", "averaged"] and twins == {"last": "best"}
+    assert len(decoded) == 2 and decoded[0] != decoded[1] and twins == {"last": "best"}
     assert outputs["last"] == outputs["best"] == with_errors(10)
+    assert outputs["averaged"] == with_errors(60)
     decoded.clear()
     choice = choose_final(candidates, "last", beam, REFERENCES, REFERENCES)
-    assert decoded == ["best", "averaged"]
+    assert len(decoded) == 2
     assert choice.chosen == "last" and choice.val_bleu["best"] == choice.val_bleu["last"]
     assert choice.p_values["best"] == 1.0
     assert choice.summary()["same_weights"] == {"last": "best"}
@@ -128,9 +130,9 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
 ) -> None:
     seen = []
 
-    def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
-        seen.append((ckpt.stem, decoding.beam_size))
-        return with_errors(errors[ckpt.stem])
+    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+        seen.append((trained.stem, decoding.beam_size))
+        return with_errors(errors[trained.stem])
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     candidates = {"last": Path("last.ckpt"), "averaged": Path("averaged.ckpt")}
@@ -155,8 +157,8 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
 def test_the_preferred_last_stays_unless_another_is_significantly_higher(
     beam: DecodingConfig, monkeypatch, distinct_weights, errors: dict[str, int], chosen: str
 ) -> None:
-    def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
-        return with_errors(errors[ckpt.stem])
+    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+        return with_errors(errors[trained.stem])
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     candidates = {name: Path(f"{name}.ckpt") for name in ("best", "last", "averaged")}

@@ -21,7 +21,7 @@ import torch
 
 from seq2seq.analysis.significance import paired_bootstrap
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
+from seq2seq.decoding.checkpoint import TrainedModel, load_trained
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.metrics import bleu
 
@@ -59,16 +59,11 @@ def decoding_description(decoding: DecodingConfig) -> str:
     )
 
 
-def translate(ckpt: Path, decoding: DecodingConfig, sources: list[str]) -> list[str]:
-    """The checkpoint's translations, as `evaluate` computes them (fp32, these settings)."""
-    trained = load_trained(ckpt)
+def translate(trained: TrainedModel, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+    """The model's translations, as `evaluate` computes them (fp32, these settings)."""
     return Translator(trained.model, trained.tokenizer, decoding, default_device()).translate(
         sources
     )
-
-
-def weights(ckpt: Path) -> dict[str, torch.Tensor]:
-    return read_checkpoint(ckpt)["state_dict"]
 
 
 def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -79,13 +74,16 @@ def decode_candidates(
     candidates: dict[str, Path], decoding: DecodingConfig, sources: list[str]
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Each candidate's translations, and the candidates whose weights equal an earlier one's
-    (decoded once, their translations shared)."""
-    outputs, loaded, twins = {}, {}, {}
+    (decoded once, their translations shared). Each checkpoint is read once."""
+    outputs, weights, twins = {}, {}, {}
     for name, path in candidates.items():
-        loaded[name] = weights(path)
-        twin = next((other for other in outputs if same_weights(loaded[other], loaded[name])), None)
+        trained = load_trained(path)
+        weights[name] = trained.model.state_dict()
+        twin = next(
+            (other for other in outputs if same_weights(weights[other], weights[name])), None
+        )
         if twin is None:
-            outputs[name] = translate(path, decoding, sources)
+            outputs[name] = translate(trained, decoding, sources)
         else:
             outputs[name], twins[name] = outputs[twin], twin
     return outputs, twins
