@@ -130,13 +130,16 @@ def test_tuned_hour_preset_stops_at_wu2021s_token_budget(multi30k) -> None:
 def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -> None:
     """The improved preset changes Wu et al.'s recipe only where runs chose it on val (the whole
     hour, up to their budget in tokens; a moving average of the weights, and its weights at the
-    end as the preferred final checkpoint), so
-    `experiment=multi30k_cpu_1h_wu2021` still reproduces their recipe and its earlier runs; at
-    that budget val chose their dropout, 0.3."""
+    end as the preferred final checkpoint; the unigram tokenizer and 6 epochs of bidirectional
+    training), so `experiment=multi30k_cpu_1h_wu2021` still reproduces their recipe and its
+    earlier runs; at that budget val chose their dropout, 0.3."""
     wu2021 = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_wu2021"]))
     tuned = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_tuned"]))
     assert tuned["model"]["dropout"] == wu2021["model"]["dropout"] == 0.3
-    assert tuned.pop("optim") == {**wu2021.pop("optim"), "ema_decay": 0.999}
+    assert tuned.pop("optim") == {**wu2021.pop("optim"), "ema_decay": 0.998}
+    assert tuned.pop("tokenizer") == {**wu2021.pop("tokenizer"), "model_type": "unigram"}
+    bidirectional = [config["data"].pop("bidirectional_epochs") for config in (tuned, wu2021)]
+    assert bidirectional == [6, 0]
     assert tuned.pop("trainer") == {**wu2021.pop("trainer"), "max_epochs": -1, "max_steps": 16000}
     patience = (tuned.pop("early_stopping_patience"), wu2021.pop("early_stopping_patience"))
     assert patience == (200, 100)
