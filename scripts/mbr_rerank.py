@@ -27,17 +27,16 @@ def read_nbest(path: Path) -> list[list[tuple[float, str]]]:
     sentences: dict[int, list[tuple[float, str]]] = {}
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
-            fields = line.rstrip("\n").split("\t")
             try:
-                sentence, score, text = int(fields[0]), float(fields[1]), fields[2]
-                if len(fields) != 3:
-                    raise ValueError
-            except (ValueError, IndexError):
+                sentence, score, text = line.rstrip("\n").split("\t")
+                candidate = (float(score), text)
+                key = int(sentence)
+            except ValueError:
                 raise SystemExit(
                     f"{path}:{number}: expected 'line<TAB>score<TAB>text' (seq2seq.translate "
                     f"with decoding.nbest > 1), got {line.rstrip()!r}"
                 ) from None
-            sentences.setdefault(sentence, []).append((score, text))
+            sentences.setdefault(key, []).append(candidate)
     return [sentences[key] for key in sorted(sentences)]
 
 

@@ -8,14 +8,23 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, python
 
-NBEST = (
-    # sentence 1: the beam's first choice is the odd one out; the other two agree
-    "1\t-0.10\tein Hund rennt über eine grüne Wiese\n"
-    "1\t-0.20\tein Hund läuft über eine grüne Wiese .\n"
-    "1\t-0.30\tein Hund läuft über eine grüne Wiese\n"
-    # sentence 2: every candidate the same, so the first is kept
-    "2\t-0.50\tzwei Männer spielen Fußball\n"
-    "2\t-0.90\tzwei Männer spielen Fußball\n"
+from seq2seq.decoding.translator import Translation
+from seq2seq.translate import nbest_lines
+
+# written as seq2seq.translate writes n-best lists, so the script reads the real format
+NBEST = nbest_lines(
+    [
+        [  # the beam's first choice is the odd one out; the other two agree
+            Translation("ein Hund rennt über eine grüne Wiese", -0.10),
+            Translation("ein Hund läuft über eine grüne Wiese .", -0.20),
+            Translation("ein Hund läuft über eine grüne Wiese", -0.30),
+        ],
+        [  # every candidate the same, so the first is kept
+            Translation("zwei Männer spielen Fußball", -0.50),
+            Translation("zwei Männer spielen Fußball", -0.90),
+        ],
+    ],
+    first_line=1,
 )
 
 
@@ -30,6 +39,7 @@ def test_mbr_picks_the_candidate_the_others_agree_with(
     nbest.write_text(NBEST, encoding="utf-8")
     sentences = read_nbest(nbest)
     assert [len(candidates) for candidates in sentences] == [3, 2]
+    assert sentences[0][2] == (-0.30, "ein Hund läuft über eine grüne Wiese")
     utility = BLEU(effective_order=True)
     for weighted in (False, True):
         assert mbr_choice(sentences[0], utility, weighted) == "ein Hund läuft über eine grüne Wiese"
