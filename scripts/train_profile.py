@@ -13,7 +13,7 @@ scored, in four windows that follow one another from update `--first`:
    and synchronisations per update, the operators with the most self CPU time (ops.txt) and
    the Chrome trace (trace.json.gz);
 3. cProfile of the Python that runs each update (cprofile.txt): Lightning's hooks, logging,
-   the loaders, ours;
+   the loaders, ours (cprofile.prof: the whole profile, for pstats);
 4. on a GPU, CUDA's sync debug mode: every operation that waits for the device, by call site
    (syncs.txt).
 Each validation's wall time is logged too. summary.json holds the figures.
@@ -179,6 +179,7 @@ class StepWindows(pl.Callback):
         stats.print_stats(60)
         stats.sort_stats("tottime").print_stats(30)
         (self.out / "cprofile.txt").write_text(text.getvalue())
+        stats.dump_stats(self.out / "cprofile.prof")  # for pstats or snakeviz: callers, callees
 
     def _finish_syncs(self, seconds: float) -> None:
         if torch.cuda.is_available():

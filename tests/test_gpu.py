@@ -29,6 +29,7 @@ from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.loss import label_smoothed_cross_entropy
 from seq2seq.training.cuda_graphs import GraphedLoss
+from seq2seq.training.module import seed_generators
 from seq2seq.training.optim import adamw, clip_gradients, skip_update_if
 
 pytestmark = pytest.mark.skipif(
@@ -224,6 +225,29 @@ def test_a_graphed_update_does_not_wait_for_the_host() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+
+
+def test_seeding_a_step_on_a_gpu_draws_torch_manual_seeds_streams() -> None:
+    """The CPU's and the GPU's streams after the step's seeding are torch.manual_seed's, on
+    the fused dropout kernel and in a graph's replay, which reads the generator as it starts."""
+    x = torch.ones(4096, device="cuda")
+    graph, static = torch.cuda.CUDAGraph(), torch.empty_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # a warm-up before the capture, as torch's guide has it
+        F.dropout(x, 0.3)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static.copy_(F.dropout(x, 0.3))
+
+    def draws() -> list[torch.Tensor]:
+        graph.replay()
+        return [torch.rand(8), F.dropout(x, 0.3), static.clone()]
+
+    torch.manual_seed(11)
+    reference = draws()
+    seed_generators(11, torch.device("cuda"))
+    assert all(torch.equal(a, b) for a, b in zip(reference, draws(), strict=True))
 
 
 def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: Path) -> None:

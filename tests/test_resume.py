@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import signal
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from seq2seq.decoding.checkpoint import read_checkpoint
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import TrainingError
 from seq2seq.training.checkpoint import AtomicCheckpointIO
-from seq2seq.training.module import TranslationModule
+from seq2seq.training.module import TranslationModule, seed_generators
 from seq2seq.training.run import out_of_memory_advice, train
 
 # Runs the train entry point and sends a signal to itself at the end of one training step.
@@ -207,6 +208,27 @@ def test_same_seed_same_losses_and_translations_other_seed_differs(
     assert len(first[0]) > 20
     assert first == again
     assert other[0] != first[0]
+
+
+def test_seeding_a_step_draws_torch_manual_seeds_stream_without_recording_stacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The step's seeding gives the CPU generator torch.manual_seed's state (so runs and
+    resumes draw the masks they drew before), and it formats no stack: torch.manual_seed
+    queues the seeding of each backend not started (CUDA here) with the caller's stack."""
+    torch.manual_seed(20261201)
+    reference = torch.rand(1000), torch.randint(-(2**63), 2**63 - 1, (100,))
+
+    def no_stacks() -> list[str]:
+        raise AssertionError("a stack was formatted")
+
+    monkeypatch.setattr(traceback, "format_stack", no_stacks)
+    seed_generators(20261201, torch.device("cpu"))
+    drawn = torch.rand(1000), torch.randint(-(2**63), 2**63 - 1, (100,))
+    assert all(torch.equal(a, b) for a, b in zip(reference, drawn, strict=True))
+    if not torch.cuda.is_initialized():  # what the seeding leaves out costs a stack
+        with pytest.raises(AssertionError, match="stack was formatted"):
+            torch.manual_seed(20261201)
 
 
 def test_validating_less_often_trains_the_same_weights(toy_files: Path, tmp_path: Path) -> None:

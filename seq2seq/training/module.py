@@ -26,6 +26,19 @@ from seq2seq.training.optim import adamw, clip_gradients, learning_rate_factor, 
 log = logging.getLogger(__name__)
 
 
+def seed_generators(seed: int, device: torch.device) -> None:
+    """Seed the generators a training step on `device` draws from: the CPU's, and the
+    accelerator's (CUDA: every device's, as torch.manual_seed does). The same streams as
+    torch.manual_seed(seed) without its cost per update: for each backend that is not started
+    (XPU, MTIA; CUDA on a CPU) it queues the seeding with the caller's formatted stack, and
+    inside Lightning's loop that stack is deep (docs/performance.md)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
+    elif device.type != "cpu":
+        torch.get_device_module(device).manual_seed(seed)
+
+
 class TranslationModule(pl.LightningModule):
     def __init__(self, config: RootConfig, tokenizer: Tokenizer) -> None:
         super().__init__()
@@ -75,7 +88,8 @@ class TranslationModule(pl.LightningModule):
         """Dropout masks drawn from (seed, epoch, batch, rank), as fairseq seeds per update: a
         resumed run draws the masks the uninterrupted run would have drawn."""
         entropy = [self.config.seed, self.current_epoch, batch_idx, self.global_rank]
-        torch.manual_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
+        seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+        seed_generators(seed, self.device)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         if self._graphed is not None:
