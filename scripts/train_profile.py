@@ -41,6 +41,7 @@ import torch
 from bench.arguments import parse_with_overrides
 from bench.report import environment
 
+import seq2seq
 from seq2seq.io import atomic_path
 
 # the host-side calls the CUDA runtime and driver make, by what they mean for the update
@@ -59,6 +60,20 @@ def device_busy_seconds(events: list[dict]) -> float:
         busy += max(0.0, stop - max(start, end))
         end = max(end, stop)
     return busy / 1e6  # the trace's times are microseconds
+
+
+def ours_per_update(stats: pstats.Stats, updates: int, count: int = 12) -> dict[str, float]:
+    """The project's functions around the model (training hooks, loaders) with the most
+    cumulative time, in ms per update under cProfile (which slows Python more than native
+    code): the host work of ours that CUDA graphs leave outside the replay. Cumulative, so
+    training_step's holds the model's forward it calls; keyed as pstats names functions."""
+    package = Path(seq2seq.__file__).parent
+    ours = [
+        (cumulative, f"{Path(file).relative_to(package.parent)}:{line}({name})")
+        for (file, line, name), (*_, cumulative, _) in stats.stats.items()
+        if Path(file).is_relative_to(package) and not Path(file).is_relative_to(package / "model")
+    ]
+    return {where: 1000 * seconds / updates for seconds, where in sorted(ours)[::-1][:count]}
 
 
 def synchronize() -> None:
@@ -180,6 +195,7 @@ class StepWindows(pl.Callback):
         stats.sort_stats("tottime").print_stats(30)
         (self.out / "cprofile.txt").write_text(text.getvalue())
         stats.dump_stats(self.out / "cprofile.prof")  # for pstats or snakeviz: callers, callees
+        self.summary["cprofile"]["seq2seq_ms_per_update"] = ours_per_update(stats, self.steps)
 
     def _finish_syncs(self, seconds: float) -> None:
         if torch.cuda.is_available():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,39 @@ def test_matrix_products_count_the_products_flops_and_share_of_the_time(
     products = matrix_products(profile)
     assert products["flops"] == 2 * (64 * 32 * 16 + 8 * 32 * 4 + 3 * 5 * 6 * 7)
     assert 0 < products["share"] < 1 and products["gflop_s"] > 0
+
+
+def test_the_profiles_host_work_of_ours_leaves_the_model_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """train_profile's list of our functions around the model: a training function and a
+    data one, per update; the model's (replayed by CUDA graphs on a GPU) and torch's left out."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    from seq2seq.data.batching import Batch
+    from seq2seq.model.dropout import keep_mask
+    from seq2seq.training.optim import inverse_sqrt
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from train_profile import ours_per_update
+
+    factor = inverse_sqrt(4000)
+    tokens = torch.tensor([[5, 6, 2]])
+    profile = cProfile.Profile()
+    profile.enable()
+    for step in range(4):
+        factor(step)
+        keep_mask(torch.Size([8]), 0.1, torch.device("cpu"))
+        Batch(tokens, tokens, tokens, torch.tensor([0]), 2).to(torch.device("cpu"))
+    profile.disable()
+    ours = ours_per_update(pstats.Stats(profile), updates=4)
+    names = {re.sub(r":\d+\(", "(", where) for where in ours}  # without line numbers
+    assert {"seq2seq/training/optim.py(factor)", "seq2seq/data/batching.py(to)"} <= names
+    assert all(not where.startswith("seq2seq/model/") for where in ours)
+    assert all(ms >= 0 for ms in ours.values()) and len(ours) <= 12
 
 
 def test_copies_by_caller_name_the_operator_that_cast(monkeypatch: pytest.MonkeyPatch) -> None:
