@@ -20,6 +20,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq.io import atomic_path
+from seq2seq.metrics import corpus_scores
 
 
 def read_nbest(path: Path) -> list[list[tuple[float, str]]]:
@@ -68,7 +69,6 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     references = args.references.read_text(encoding="utf-8").splitlines()
-    bleu, chrf = BLEU(), CHRF()
     utilities = {"bleu": BLEU(effective_order=True), "chrf": CHRF()}
     results = {}
     for path in args.nbest:
@@ -85,13 +85,10 @@ def main() -> None:
             for weighted in (False, True):
                 label = f"mbr_{name}_{'weighted' if weighted else 'uniform'}"
                 picks[label] = [mbr_choice(c, utility, weighted) for c in sentences]
-        row = {
-            label: {
-                "bleu": round(bleu.corpus_score(texts, [references]).score, 2),
-                "chrf": round(chrf.corpus_score(texts, [references]).score, 2),
-            }
-            for label, texts in picks.items()
-        }
+        row = {}
+        for label, texts in picks.items():
+            scores = corpus_scores(texts, references)
+            row[label] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
         results[str(path)] = row
         print(path, "  ".join(f"{k} {v['bleu']:.2f}/{v['chrf']:.2f}" for k, v in row.items()))
     if args.json:
