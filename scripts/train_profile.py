@@ -16,7 +16,12 @@ scored, in four windows that follow one another from update `--first`:
    the loaders, ours (cprofile.prof: the whole profile, for pstats);
 4. on a GPU, CUDA's sync debug mode: every operation that waits for the device, by call site
    (syncs.txt).
-Each validation's wall time is logged too. summary.json holds the figures.
+Each validation's wall time is logged too, and so is what the host does between epochs: the
+time from an epoch's last update to the next one's first, validation left out
+(`epoch_ends_ms`: the epoch checkpoints, the loaders, the callbacks), and each checkpoint's
+save (`checkpoint_saves_ms`). The run keeps no epoch checkpoints unless `--average-last K`
+asks for the K a preset would keep (they are averaged and scored after the windows).
+summary.json holds the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +97,13 @@ class StepWindows(pl.Callback):
     def __init__(self, first: int, steps: int, out: Path) -> None:
         self.first, self.steps, self.out = first, steps, out
         self.end = first + len(WINDOWS) * steps
-        self.summary: dict[str, Any] = {"validations": []}
+        self.summary: dict[str, Any] = {
+            "validations": [],
+            "epoch_ends_ms": [],
+            "checkpoint_saves_ms": [],
+        }
+        self._batch_end: float | None = None
+        self._validating = 0.0  # seconds validated since the last update
         self._tokens, self._started = 0, 0.0
         self._profiler: torch.profiler.profile | None = None
         self._cprofile: cProfile.Profile | None = None
@@ -111,6 +123,9 @@ class StepWindows(pl.Callback):
         return (WINDOWS[number] if 0 <= number < len(WINDOWS) else None), place
 
     def on_train_batch_start(self, trainer: pl.Trainer, module: Any, batch: Any, index: int):
+        if index == 0 and self._batch_end is not None:
+            between = time.perf_counter() - self._batch_end - self._validating
+            self.summary["epoch_ends_ms"].append(1000 * between)
         window, place = self.window(trainer.global_step)
         if window is None or place != 0:
             return
@@ -121,6 +136,7 @@ class StepWindows(pl.Callback):
             start()
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, *_):
+        self._batch_end, self._validating = time.perf_counter(), 0.0
         self._tokens += batch.tgt_tokens
         window, place = self.window(trainer.global_step - 1)  # the update just done
         if window is None or place != self.steps - 1:
@@ -213,7 +229,18 @@ class StepWindows(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, module: Any) -> None:
         synchronize()
         seconds = time.perf_counter() - self._validation_start
+        self._validating += seconds
         self.summary["validations"].append({"step": trainer.global_step, "seconds": seconds})
+
+    def timed_saves(self, save: Callable[..., None]) -> Callable[..., None]:
+        """`Trainer.save_checkpoint`, each call's wall time recorded."""
+
+        def timed(*arguments: Any, **keywords: Any) -> None:
+            started = time.perf_counter()
+            save(*arguments, **keywords)
+            self.summary["checkpoint_saves_ms"].append(1000 * (time.perf_counter() - started))
+
+        return timed
 
 
 def main() -> None:
@@ -221,6 +248,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("train_profile"))
     parser.add_argument("--first", type=int, default=70, help="updates before the windows")
     parser.add_argument("--steps", type=int, default=30, help="updates per window")
+    parser.add_argument(
+        "--average-last", type=int, default=0, help="epoch checkpoints kept, as average_last"
+    )
     args, overrides = parse_with_overrides(parser, sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     windows = StepWindows(args.first, args.steps, args.out)
@@ -233,10 +263,15 @@ def main() -> None:
     def with_windows(*arguments: Any, **keywords: Any) -> tuple[pl.Trainer, Any]:
         trainer, best = build_trainer(*arguments, **keywords)
         trainer.callbacks.append(windows)
+        trainer.save_checkpoint = windows.timed_saves(trainer.save_checkpoint)
         return trainer, best
 
     run.build_trainer = with_windows
-    fixed = [f"trainer.max_steps={windows.end}", "average_last=0", "evaluate_after=false"]
+    fixed = [
+        f"trainer.max_steps={windows.end}",
+        f"average_last={args.average_last}",
+        "evaluate_after=false",
+    ]
     sys.argv = [sys.argv[0], *overrides, *fixed]
     started = time.perf_counter()
     entry.main()

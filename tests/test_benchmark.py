@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, python
+from helpers import ROOT, python, toy_overrides
 
 
 @pytest.mark.slow
@@ -243,3 +243,37 @@ def test_step_benchmark_refuses_an_extra_override_for_no_checkout() -> None:
     result = python(*command)
     assert result.returncode == 2
     assert "--extra c=seed=2: give NAME=OVERRIDE with NAME one of a, b" in result.stderr
+
+
+def test_the_profile_times_what_the_host_does_between_epochs(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    """train_profile.py records each pause between epochs (validation left out) and each
+    checkpoint save: with epoch checkpoints kept, two saves per epoch (last.ckpt and the
+    epoch's, validated or not) and one for the best epoch at the validation that ends the run."""
+    out = tmp_path / "profile"
+    result = python(
+        ROOT / "scripts" / "train_profile.py",
+        "--out",
+        str(out),
+        "--first",
+        "1",
+        "--steps",
+        "1",
+        "--average-last",
+        "2",
+        "--",
+        *toy_overrides(toy_files, tmp_path / "cache"),
+        "model=transformer_tiny",
+        "trainer.limit_train_batches=2",
+        "trainer.check_val_every_n_epoch=3",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    # 5 updates of 2 an epoch: epochs 0 and 1, then one update of epoch 2 (max_steps)
+    assert len(summary["epoch_ends_ms"]) == 2 and min(summary["epoch_ends_ms"]) > 0
+    assert [v["step"] for v in summary["validations"]] == [0, 5]  # sanity check, the end
+    assert len(summary["checkpoint_saves_ms"]) == 2 * 3 + 1
+    assert min(summary["checkpoint_saves_ms"]) > 0

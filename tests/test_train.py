@@ -360,6 +360,35 @@ def test_max_steps_ends_a_run_like_max_time(
     assert (checkpoints / "averaged.ckpt").is_file() == (epochs_before > 0)
 
 
+@pytest.mark.parametrize(
+    ("epochs", "every"), [(3, 2), (2, 5)], ids=["validated_before_the_end", "never_validated"]
+)
+def test_last_ckpt_holds_the_last_epoch_between_validations(
+    few_pairs: FewPairs, tmp_path: Path, epochs: int, every: int
+) -> None:
+    """With trainer.check_val_every_n_epoch > 1, last.ckpt is still written at every epoch
+    end. Lightning's checkpoint without a monitor saved only after validations: a resume lost
+    the epochs since, and a run that never validated ended with its last.ckpt missing."""
+    overrides = few_pairs_overrides(few_pairs.directory, tmp_path / "cache")
+    result = run(
+        "train",
+        tmp_path,
+        *overrides,
+        f"trainer.max_epochs={epochs}",
+        f"trainer.check_val_every_n_epoch={every}",
+        "average_last=0",
+        "evaluate_after=false",
+        "hydra.run.dir=run",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (epochs - 1, summary["steps"])
+    if every > epochs:
+        assert summary["best_val_bleu"] is None
+        assert summary["final_checkpoint_choice"]["chosen"] == "last"
+
+
 def test_resuming_with_another_tokenizer_is_refused_naming_both(
     overfit_run, few_pairs: FewPairs, tmp_path: Path
 ) -> None:

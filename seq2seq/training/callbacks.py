@@ -54,10 +54,11 @@ class MovingAverage(EMAWeightAveraging):
 
 
 class ValidateAtMaxSteps(pl.Callback):
-    """A run stopped by `trainer.max_steps` ends as one stopped by `max_time` does: validated,
-    checkpointed, then averaged and scored. Lightning ends an epoch at max_steps without
-    validating (and EarlyStopping then finds no val/bleu); a stop requested through
-    `should_stop`, as its Timer does for max_time, validates first."""
+    """A run stopped by `trainer.max_steps` ends as one stopped by `max_time` does: validated
+    (in an epoch that validates, by trainer.check_val_every_n_epoch), checkpointed, then
+    averaged and scored. Lightning ends an epoch at max_steps without validating (and
+    EarlyStopping then finds no val/bleu); a stop requested through `should_stop`, as its
+    Timer does for max_time, validates first where that epoch would have."""
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any

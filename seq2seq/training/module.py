@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from typing import Any
@@ -50,6 +51,9 @@ class TranslationModule(pl.LightningModule):
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
         self._graphed: GraphedLoss | None = None  # the training loss through CUDA graphs
+        # what every checkpoint stores of the config, converted once: the conversion through
+        # OmegaConf took longer than the rest of a checkpoint's contents (docs/performance.md)
+        self._config_dict = config_to_dict(config)
 
     @property
     def r_drop(self) -> float | None:
@@ -246,8 +250,10 @@ class TranslationModule(pl.LightningModule):
         return spent
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        for name, parameter in self.named_parameters():
-            if not torch.isfinite(parameter).all():
+        names, parameters = zip(*self.named_parameters(), strict=True)
+        finite = torch.stack([torch.isfinite(p).all() for p in parameters]).tolist()  # one read
+        for name, ok in zip(names, finite, strict=True):
+            if not ok:
                 raise TrainingError(
                     f"step {self.global_step}: parameter {name} holds NaN or inf; no checkpoint "
                     "written. Resume from the last good one with ckpt_path=...last.ckpt and a "
@@ -255,7 +261,7 @@ class TranslationModule(pl.LightningModule):
                 )
         # everything needed to translate with this checkpoint alone
         checkpoint["seq2seq"] = {
-            "config": config_to_dict(self.config),
+            "config": copy.deepcopy(self._config_dict),
             "src_model": self.tokenizer.src_model,
             "tgt_model": self.tokenizer.tgt_model,
         }

@@ -166,9 +166,15 @@ def build_trainer(
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    # last.ckpt after every epoch (Lightning's save_last refreshes it only when `best` saves)
+    # last.ckpt after every epoch (Lightning's save_last refreshes it only when `best` saves,
+    # and a checkpoint without a monitor saves only after validation when
+    # trainer.check_val_every_n_epoch > 1)
     last = ModelCheckpoint(
-        dirpath=checkpoints, filename="last", save_top_k=1, enable_version_counter=False
+        dirpath=checkpoints,
+        filename="last",
+        save_top_k=1,
+        enable_version_counter=False,
+        save_on_train_epoch_end=True,
     )
     callbacks: list[pl.Callback] = [
         best,
