@@ -423,5 +423,7 @@ def test_a_module_with_nan_weights_refuses_to_be_checkpointed(
     module = TranslationModule(config, data.tokenizer)
     with torch.no_grad():
         module.model.output_projection.weight[0, 0] = math.inf
-    with pytest.raises(TrainingError, match="holds NaN or inf; no checkpoint written"):
+    with pytest.raises(TrainingError, match="holds NaN or inf; no checkpoint written") as error:
         module.on_save_checkpoint({})
+    (poisoned,) = [name for name, p in module.named_parameters() if not p.isfinite().all()]
+    assert f"parameter {poisoned} holds" in str(error.value)
