@@ -40,6 +40,36 @@ def test_output_and_gradient_are_the_mask_times_one_over_keep(dtype: torch.dtype
     torch.testing.assert_close(x.grad, torch.where(keep, grad / 0.7, torch.zeros((), dtype=dtype)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_bytes_of_the_mask_give_the_bool_masks_bits(dtype: torch.dtype) -> None:
+    """A run draws the same masks and computes the same values as with the bool mask that
+    dropout applied before: a lane is kept when at least round(p * 2**16) - 2**15."""
+    x = torch.randn(9, 7, 5, dtype=dtype, requires_grad=True)
+    grad = torch.randn(9, 7, 5, dtype=dtype)
+    torch.manual_seed(11)
+    words = torch.randint(-(2**63), 2**63 - 1, (((x.numel() + 3) // 4),), dtype=torch.int64)
+    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= round(0.3 * 2**16) - 2**15
+    torch.manual_seed(11)
+    y = dropout(x, 0.3, training=True)
+    y.backward(grad)
+    scale = 1 / 0.7
+    assert keep.any() and not keep.all()
+    assert torch.equal(y, torch.ops.aten.native_dropout_backward(x.detach(), keep, scale))
+    assert torch.equal(x.grad, torch.ops.aten.native_dropout_backward(grad, keep, scale))
+    torch.manual_seed(11)
+    assert torch.equal(keep_mask(x.shape, 0.3, x.device), keep)
+
+
+def test_probabilities_within_2_to_the_minus_17_of_0_or_1_keep_all_or_drop_all() -> None:
+    """Near 1 the threshold is 2**15, which does not fit the lanes' 16 bits (it wrapped to
+    -2**15 and kept every element)."""
+    shape, cpu = torch.Size([1000]), torch.device("cpu")
+    assert keep_mask(shape, 2**-18, cpu).all()
+    assert not keep_mask(shape, 1 - 2**-18, cpu).any()
+    x = torch.randn(50, 20)
+    assert torch.equal(dropout(x, 1 - 2**-18, training=True), torch.zeros(50, 20))
+
+
 def test_same_seed_same_mask_other_seed_another() -> None:
     x = torch.ones(64, 64)
     masks = []

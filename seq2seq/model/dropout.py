@@ -5,8 +5,10 @@ batches of the d_model 128 model (experiment=multi30k_cpu_1h_wu2021) that was 23
 training step (torch.profiler, docs/performance.md). Here one 64-bit draw gives four 16-bit
 lanes, each kept when it is at least round(p * 2**16) above the lowest: the drop probability
 is p to within 2**-17. The masks still come from torch's generator, so the per-step seeding of
-training/module.py keeps resumed runs exact. Elsewhere (CUDA) torch's fused kernel is fast and
-is used as it is.
+training/module.py keeps resumed runs exact. A mask is applied through its bytes (uint8):
+torch converts a bool mask to the activations' dtype one element at a time, and that took
+most of applying it on a CPU (docs/performance.md). Elsewhere (CUDA) torch's fused kernel is
+fast and is used as it is.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
         -(2**63), 2**63 - 1, ((count + LANES - 1) // LANES,), dtype=torch.int64, device=device
     )
     lanes = words.view(torch.int16)[:count].view(shape)  # uniform over -2**15 .. 2**15 - 1
-    return lanes >= round(p * 2**16) - 2**15
+    threshold = round(p * 2**16) - 2**15
+    if threshold >= 2**15:  # p within 2**-17 of 1: no lane reaches it (in 16 bits it would wrap)
+        return torch.zeros(shape, dtype=torch.bool, device=device)
+    return lanes >= threshold
 
 
 class _PackedDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, p: float) -> Tensor:
-        keep = keep_mask(x.shape, p, x.device)
+        keep = keep_mask(x.shape, p, x.device).view(torch.uint8)  # 0 or 1, converted in bulk
         ctx.save_for_backward(keep)
         ctx.scale = 1.0 / (1.0 - p)
-        # x * keep * scale in one kernel: the op that is dropout's own backward
+        # x * keep * scale: the op that is dropout's own backward
         return torch.ops.aten.native_dropout_backward(x, keep, ctx.scale)
 
     @staticmethod
