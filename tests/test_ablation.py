@@ -191,6 +191,7 @@ def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_ablation_multirun_end_to_end(shared_data: Path, tmp_path: Path) -> None:
     """The suite's command on 40 Multi30k pairs, serial and side by side (joblib, 2 jobs): one
     run dir per variant, the same report from both but the timing column, and a rerun into the

@@ -89,6 +89,7 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
     return {step: (loss[step], lr[step]) for step in loss}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [[], ["data.bpe_dropout=0.1"], ["optim.ema_decay=0.9"], ["data.bidirectional_epochs=1"]],
