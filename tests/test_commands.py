@@ -72,3 +72,25 @@ def test_a_module_runs_as_python_dash_m(tmp_path: Path) -> None:
         fresh.stderr,
     )
     assert "seq2seq-train" in forked.stdout
+
+
+@pytest.mark.skipif(
+    int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2,
+    reason="runs in pytest-xdist's workers only (pyproject's -n auto; not under -n 0)",
+)
+def test_a_worker_and_the_commands_it_starts_get_their_share_of_the_threads(
+    tmp_path: Path,
+) -> None:
+    """conftest.py: with `-n auto` on N CPUs, each of the N workers runs on 1 thread, and so do
+    the commands its tests start, through thread_budget (`threads: null`)."""
+    import torch
+
+    from seq2seq.concurrency import usable_cpus
+
+    share = max(1, usable_cpus() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    assert torch.get_num_threads() == share
+    probe = tmp_path / "probe.py"
+    probe.write_text("from seq2seq.concurrency import thread_budget\nprint(thread_budget(None))\n")
+    forked = python(probe)
+    assert forked.returncode == 0, forked.stderr
+    assert forked.stdout.split() == [str(share)]
