@@ -20,7 +20,7 @@ os.environ.setdefault("SEQ2SEQ_ALLOCATOR", "system")
 # its tests start (seq2seq.concurrency.thread_budget), gets its share of threads. The tests'
 # models are tiny: a second thread per step took 23 s of CPU to 35 s and no wall time off a
 # toy run on 2 cores (AMD EPYC; bf16 units: none), so two single-threaded workers finish the
-# suite sooner than one with two
+# suite sooner than one with two.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // WORKERS)))
