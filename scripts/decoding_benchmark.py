@@ -27,9 +27,10 @@ from bench.deployed import scratch_directory
 from bench.measure import Isolated, Phase, interleaved
 from bench.report import environment, ratio, table, write_json
 
-from seq2seq.config import DecodingConfig, group_config
+from seq2seq.config import group_config
 from seq2seq.data.corpus import read_lines
 from seq2seq.decoding.checkpoint import TrainedModel, load_trained
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.ctranslate2_backend import export_model
 from seq2seq.decoding.translator import Translator
 from seq2seq.metrics import bleu

@@ -32,8 +32,9 @@ import torch
 from bench.measure import interleaved
 from bench.report import environment, table, write_json
 
-from seq2seq.config import DecodingConfig, group_config
+from seq2seq.config import group_config
 from seq2seq.data.corpus import read_parallel, split_paths
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.evaluate import constraints_met
 from seq2seq.metrics import corpus_scores

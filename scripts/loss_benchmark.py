@@ -1,4 +1,5 @@
-"""The training loss three ways: ours (seq2seq/loss.py), torch's F.linear_cross_entropy, plain.
+"""The training loss three ways: ours (seq2seq/model/loss.py), torch's
+F.linear_cross_entropy, plain.
 
     python scripts/loss_benchmark.py [--tokens 4000] [--d-model 256 128] [--vocab 8000]
         [--smoothing 0.1 0] [--rounds 5] [--threads 2] [--device cpu] [--json FILE]

@@ -1,35 +1,81 @@
 """`python -m seq2seq.analyze [ckpt_path=...] [checkpoints=[...]] [init=[standard,...]]`: the
 rank-collapse probe (seq2seq.analysis.rank_collapse) of trained checkpoints and of presets of
-seq2seq/conf/ablation/ at initialisation, as a table (.md, .csv) and a plot (.png).
+seq2seq/conf/ablation/ (or ablation/ of a `--config-dir`) at initialisation, as a table (.md,
+.csv) and a plot (.png).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from hydra import compose
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 
 from seq2seq.analysis.rank_collapse import plot_ranks, probe, write_table
 from seq2seq.cli import entrypoint
-from seq2seq.config import CONF_DIR, AnalyzeConfig, config_to_dict, validate_config
+from seq2seq.config import CONF_DIR, RootConfig, validate_config
 from seq2seq.data.corpus import ensure_available, read_parallel
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ConfigError, require
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
 
 
-def preset_model(config: AnalyzeConfig, preset: str) -> ModelConfig:
-    """The model config with a preset of conf/ablation/ applied, as `+ablation=<preset>`."""
-    path = CONF_DIR / "ablation" / f"{preset}.yaml"
-    if not path.is_file():
-        names = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise ConfigError(f"config key 'init': no preset '{preset}' in {path.parent}; use {names}")
-    merged = OmegaConf.merge(config_to_dict(config.model), OmegaConf.load(path).get("model", {}))
-    return validate_config(merged, ModelConfig)
+@dataclass
+class AnalyzeConfig(RootConfig):
+    """What `analyze` reads (conf/analyze.yaml): train's config (the data, and the model and
+    tokenizer of the models at initialisation) and what to probe."""
+
+    checkpoints: list[str]  # trained models, after ckpt_path
+    init: list[str]  # presets of ablation/ (shipped or in a --config-dir), probed at init
+    split: str
+    sentences: int
+    output: str  # <output>.md, .csv and .png
+
+    @property
+    def trained(self) -> list[str]:
+        """`ckpt_path` (one checkpoint, as in evaluate and translate), then `checkpoints`."""
+        return [self.ckpt_path, *self.checkpoints] if self.ckpt_path else list(self.checkpoints)
+
+    def check(self) -> None:
+        super().check()
+        require(
+            bool(self.trained or self.init),
+            "checkpoints",
+            "nothing to probe: give ckpt_path=<run>/checkpoints/best.ckpt, "
+            "checkpoints=[<a>.ckpt,<b>.ckpt] and/or init=[standard,attention_only]",
+        )
+        require(
+            self.split in self.data.splits,
+            "split",
+            f"'{self.split}' is not one of data.splits ({', '.join(self.data.splits)})",
+        )
+        require(self.sentences >= 1, "sentences", f"must be >= 1, got {self.sentences}")
+
+
+def preset_model(preset: str) -> ModelConfig:
+    """This command's model config with `+ablation=<preset>` in its overrides (in place of
+    one given there), composed by Hydra as train composes it: a preset in a `--config-dir` is
+    found as the shipped ones are."""
+    presets = GlobalHydra.instance().config_loader().get_group_options("ablation")
+    if preset not in presets:
+        raise ConfigError(
+            f"config key 'init': no preset '{preset}' in ablation/ of {CONF_DIR} or a "
+            f"--config-dir; use {', '.join(presets)}"
+        )
+    command = HydraConfig.get()
+    overrides = [
+        override
+        for override in command.overrides.task
+        if override.lstrip("+~").partition("=")[0] != "ablation"
+    ]
+    composed = compose(command.job.config_name, [*overrides, f"+ablation={preset}"])
+    return validate_config(composed, AnalyzeConfig).model
 
 
 def models(config: AnalyzeConfig) -> list[tuple[str, Transformer, Tokenizer]]:
@@ -40,10 +86,11 @@ def models(config: AnalyzeConfig) -> list[tuple[str, Transformer, Tokenizer]]:
         label = f"{trained.config.model.attention.name} trained ({Path(path).parent.parent.name})"
         found.append((label, trained.model, trained.tokenizer))
     if config.init:
+        presets = [(preset, preset_model(preset)) for preset in config.init]  # before the data
         tokenizer = prepare(config).tokenizer
-        for preset in config.init:
+        for preset, model_config in presets:
             torch.manual_seed(config.seed)
-            model = Transformer.for_vocabulary(preset_model(config, preset), tokenizer)
+            model = Transformer.for_vocabulary(model_config, tokenizer)
             found.append((f"{preset} at init", model, tokenizer))
     return found
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from seq2seq.concurrency import FAILED_FILE
 from seq2seq.config import CONF_DIR, RootConfig, validate_config
-from seq2seq.errors import ConfigError, Seq2SeqError, Stopped
+from seq2seq.errors import ConfigError, Seq2SeqError, Stopped, install_hint
 from seq2seq.io import atomic_path
 
 log = logging.getLogger("seq2seq")
@@ -43,7 +43,7 @@ def check_launcher(arguments: Sequence[str]) -> None:
         if importlib.util.find_spec(module) is None:
             raise ConfigError(
                 f"hydra/launcher={choice} needs the {package} plugin, an optional extra: "
-                f'pip install "seq2seq[{extra}]" (from a checkout: pip install -e ".[{extra}]")'
+                f"{install_hint(extra)}"
             )
 
 

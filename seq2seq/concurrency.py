@@ -54,9 +54,9 @@ def release_run_memory() -> None:
     """Hand back the memory of the runs this process has finished, before it starts another or
     waits. A joblib worker trains job after job in one process, and on a GPU its second run of
     experiment=ablation_gpu ran out of memory where ten first runs fitted: one worker held
-    23.4 GiB, a first run 7-10 (docs/performance.md, 2026-11-28). A failed run's traceback keeps
-    its frames in a reference cycle until the collector runs; then the allocator's cache, CUDA
-    graph pools included, goes back to CUDA for the other processes."""
+    23.4 GiB, a first run 7-10 (docs/performance.md, "Sweeps on a GPU"). A failed run's
+    traceback keeps its frames in a reference cycle until the collector runs; then the
+    allocator's cache, CUDA graph pools included, goes back to CUDA for the other processes."""
     gc.collect()
     torch = sys.modules.get("torch")  # not imported: nothing was put on a GPU
     if torch is None or not torch.cuda.is_initialized():

@@ -1,5 +1,8 @@
 """Errors a user can act on: entry points print the message alone, no traceback, and exit 1."""
 
+import re
+from importlib import metadata
+
 
 class Seq2SeqError(Exception):
     """Base class: the message names the file, line or setting and says how to fix it."""
@@ -24,6 +27,21 @@ class TrainingError(Seq2SeqError):
 class Stopped(TrainingError):
     """Ctrl-C or SIGTERM stopped training after saving a checkpoint: a sweep stops with it
     (its rerun resumes), where a failed run lets the sweep go on."""
+
+
+def extra_packages(extra: str) -> list[str]:
+    """The requirements of an optional extra, read from the installed package's metadata, which
+    pip builds from pyproject.toml's [project.optional-dependencies] (their one home)."""
+    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
+    requirements = metadata.requires("seq2seq") or []
+    return [r.split(";")[0].strip() for r in requirements if ";" in r and marker.search(r)]
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra, from a wheel and from a source checkout: the packages
+    themselves, as `seq2seq` on the package index is another project."""
+    packages = " ".join(f'"{package}"' for package in extra_packages(extra))
+    return f'pip install {packages} (from a source checkout: pip install -e ".[{extra}]")'
 
 
 def require(ok: bool, key: str, message: str) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from seq2seq.cli import entrypoint
-from seq2seq.config import (
-    DataConfig,
-    DecodingConfig,
-    EvaluateConfig,
-    RootConfig,
-    config_to_dict,
-    validate_config,
-)
+from seq2seq.config import RootConfig, config_to_dict, validate_config
+from seq2seq.data.config import DataConfig
 from seq2seq.data.corpus import (
     SplitPaths,
     ensure_available,
@@ -40,12 +35,29 @@ from seq2seq.data.corpus import (
     read_parallel,
     split_paths,
 )
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
 from seq2seq.metrics import corpus_scores
 
 log = logging.getLogger("seq2seq.evaluate")
+
+
+@dataclass
+class EvaluateConfig:
+    """What `evaluate` reads (conf/evaluate.yaml): the model, data config and tokenizer come
+    from the checkpoint; `data` holds keys merged over the checkpoint's data config."""
+
+    ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
+    prefixes: str | None  # a file aligned with the (one) test set's sources: output prefixes
+    constraints: str | None  # likewise: phrases each output must contain, tab-separated
+    decoding: DecodingConfig
+    data: dict[str, Any]  # e.g. {"test_sets": ["val"]} or {"dir": "/elsewhere/multi30k"}
+
+    def check(self) -> None:
+        self.decoding.check()
 
 
 def decoding_tag(d: DecodingConfig) -> str:

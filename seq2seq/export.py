@@ -6,14 +6,33 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.cli import entrypoint
-from seq2seq.config import ExportConfig, config_to_dict
+from seq2seq.config import config_to_dict
 from seq2seq.decoding.checkpoint import load_trained
 from seq2seq.decoding.ctranslate2_backend import export_model
 
 log = logging.getLogger("seq2seq.export")
+
+
+@dataclass
+class ExportSettings:
+    dir: str
+    quantization: str  # "none": float32; else one of CTranslate2's types, checked on export
+    overwrite: bool
+
+
+@dataclass
+class ExportConfig:
+    """What `export` reads (conf/export.yaml): a checkpoint and where to write its conversion."""
+
+    ckpt_path: str
+    export: ExportSettings
+
+    def check(self) -> None:
+        pass
 
 
 def best_val_bleu(checkpoint: Path) -> float | None:

@@ -11,13 +11,48 @@ runs, written only where asked (no outputs/ run directory, no log file).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from seq2seq.analysis.ablation import ablation_report
 from seq2seq.analysis.learning_curves import curve_table, plot_curves, validation_bleu
 from seq2seq.cli import entrypoint
-from seq2seq.config import ReportConfig
+from seq2seq.errors import require
 from seq2seq.io import atomic_path
+
+
+@dataclass
+class ReportConfig:
+    """What `report` reads (conf/report.yaml): an ablation sweep, or training runs to compare."""
+
+    sweep: str | None
+    runs: Any  # run directories: a list, or a mapping label -> directory
+    baseline: str
+    test_set: str | None
+    references: str | None
+    output: str | None
+
+    def check(self) -> None:
+        require(
+            (self.sweep is None) != (self.runs is None),
+            "sweep",
+            "give either sweep=<multirun dir> (an ablation report) or runs=[<run dir>,...] "
+            "(validation BLEU of runs compared), not both or neither",
+        )
+        require(
+            self.runs is None or (isinstance(self.runs, (list, dict)) and len(self.runs) > 0),
+            "runs",
+            f"{self.runs!r}: name run directories, runs=[outputs/a,outputs/b] or "
+            "runs={bf16:outputs/a,fp32:outputs/b}",
+        )
+
+    @property
+    def labelled_runs(self) -> dict[str, Path]:
+        """`runs` as label -> directory; a list's directories are their own labels."""
+        if isinstance(self.runs, dict):
+            return {str(label): Path(str(path)) for label, path in self.runs.items()}
+        return {str(path): Path(str(path)) for path in self.runs}
 
 
 def compare_runs(runs: dict[str, Path], output: Path | None) -> str:

@@ -8,9 +8,9 @@ import ipaddress
 import logging
 
 from seq2seq.cli import entrypoint
-from seq2seq.config import ServeConfig
 from seq2seq.decoding.translator import default_device, load_backend
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ConfigError, install_hint
+from seq2seq.serving.config import ServeConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ def main(config: ServeConfig) -> None:
         from seq2seq.serving.batching import decoding_thread
     except ImportError as e:
         raise ConfigError(
-            f'serve needs the serve extra ({e.name} is missing): pip install "seq2seq[serve]" '
-            '(from a checkout: pip install -e ".[serve]")'
+            f"serve needs the serve extra ({e.name} is missing): {install_hint('serve')}"
         ) from None
     worker = decoding_thread()  # loads the model and runs it: torch on one thread only
     paths = [config.ckpt_path, *config.checkpoints]

@@ -1,8 +1,9 @@
 """`python -m seq2seq.translate ckpt_path=... < input.txt > output.txt`: text in, translations
 out (or `input=... output=...` files).
 
-One output line per input line, in order; an empty line gives an empty line. With
-`decoding.nbest=k` (k > 1), k lines per input line instead, best first, each
+One output line per input line, in order (a line ends with `\\n`, `\\r\\n` or `\\r`, as in data
+files); an empty line gives an empty line. With `decoding.nbest=k` (k > 1), k lines per input
+line instead, best first, each
 `<input line number, 1-based>\t<score>\t<text>` (the score of an empty line's k empty texts is
 0). `ckpt_path` may be a checkpoint or a directory written by seq2seq.export; `checkpoints=[...]`
 adds checkpoints decoded with it as one ensemble. `prefixes=FILE`: line i is the text output i
@@ -19,12 +20,13 @@ import itertools
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 from seq2seq.cli import entrypoint
-from seq2seq.config import TranslateConfig
-from seq2seq.data.corpus import phrase_lists
+from seq2seq.data.corpus import STDIN, phrase_lists, stream_lines
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translation, Translator, default_device
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_path
@@ -32,17 +34,34 @@ from seq2seq.io import atomic_path
 CHUNK_LINES = 1000
 
 
+@dataclass
+class TranslateConfig:
+    """What `translate` reads (conf/translate.yaml): a checkpoint and how to decode."""
+
+    ckpt_path: str
+    checkpoints: list[str]  # more checkpoints, decoded with ckpt_path as one ensemble
+    input: str | None  # a text file; default: standard input
+    output: str | None  # written when complete (temp file, then rename); default: stdout
+    prefixes: str | None  # a text file aligned with the input: what each output starts with
+    constraints: str | None  # a text file aligned with the input: phrases, tab-separated
+    decoding: DecodingConfig
+
+    def check(self) -> None:
+        self.decoding.check()
+
+
 @contextlib.contextmanager
-def open_input(path: str | None) -> Iterator[tuple[BinaryIO, str]]:
+def open_input(path: str | None) -> Iterator[tuple[Iterator[str], str]]:
+    """The input's lines, split as the corpus reader splits them, and its name for errors."""
     if path is None:
-        yield sys.stdin.buffer, "standard input"
+        yield stream_lines(sys.stdin.buffer, None), STDIN
         return
     if Path(path).is_dir():
         raise DataError(f"input={path} is a directory; give a text file, one sentence per line")
     if not Path(path).is_file():
         raise DataError(f"input={path} does not exist; check the path")
     with open(path, "rb") as f:
-        yield f, path
+        yield stream_lines(f, Path(path)), path
 
 
 @contextlib.contextmanager
@@ -69,23 +88,9 @@ def nbest_lines(translations: list[list[Translation]], first_line: int) -> str:
     )
 
 
-def text_lines(chunk: list[bytes], where: str, first: int) -> list[str]:
-    """Lines of `chunk`, decoded; `first` is the 1-based number of its first line."""
-    lines = []
-    for number, raw in enumerate(chunk, start=first):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
-        except UnicodeDecodeError as e:
-            raise DataError(
-                f"{where}, line {number}: not valid UTF-8 (byte {raw[e.start]:#04x}); "
-                "convert the input to UTF-8 (e.g. with iconv)"
-            ) from None
-    return lines
-
-
 @contextlib.contextmanager
-def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | None, str]]:
-    """A file of one line per input line (`setting`=FILE), or nothing."""
+def open_aligned(path: str | None, setting: str) -> Iterator[tuple[Iterator[str] | None, str]]:
+    """The lines of a file of one line per input line (`setting`=FILE), or nothing."""
     if path is None:
         yield None, setting
         return
@@ -94,15 +99,17 @@ def open_aligned(path: str | None, setting: str) -> Iterator[tuple[BinaryIO | No
             f"{setting}={path} is not a file; give a text file, one line per input line"
         )
     with open(path, "rb") as f:
-        yield f, path
+        yield stream_lines(f, Path(path)), path
 
 
-def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> list[str] | None:
+def aligned_lines(
+    file: Iterator[str] | None, where: str, count: int, first: int
+) -> list[str] | None:
     """The next `count` lines of a file aligned with the input (None without one); one that
     ends before the input is refused."""
     if file is None:
         return None
-    lines = text_lines(list(itertools.islice(file, count)), where, first)
+    lines = list(itertools.islice(file, count))
     if len(lines) < count:
         raise DataError(
             f"{where} ends at line {first + len(lines) - 1}, the input goes on: give one line "
@@ -111,8 +118,8 @@ def aligned_lines(file: BinaryIO | None, where: str, count: int, first: int) -> 
     return lines
 
 
-def check_ended(file: BinaryIO | None, where: str, lines: int) -> None:
-    if file is not None and file.readline():
+def check_ended(file: Iterator[str] | None, where: str, lines: int) -> None:
+    if file is not None and next(file, None) is not None:
         raise DataError(
             f"{where} has more lines than the input ({lines}): give one line per input line"
         )
@@ -129,8 +136,7 @@ def main(config: TranslateConfig) -> None:
         open_output(config.output) as target,
     ):
         first = 1
-        while chunk := list(itertools.islice(source, CHUNK_LINES)):
-            lines = text_lines(chunk, where, first)
+        while lines := list(itertools.islice(source, CHUNK_LINES)):
             prefixes = aligned_lines(prefix_file, prefix_where, len(lines), first)
             phrases = aligned_lines(phrase_file, phrase_where, len(lines), first)
             constraints = phrases and phrase_lists(phrases, phrase_where, first)

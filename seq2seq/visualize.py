@@ -4,12 +4,31 @@ decoder_self or encoder_self (seq2seq.analysis.attention)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.analysis.attention import attention_maps, plot_attention
 from seq2seq.cli import entrypoint
-from seq2seq.config import VisualizeConfig
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.torch_backend import TorchBackend
+from seq2seq.errors import require
+from seq2seq.model.config import SITES
+
+
+@dataclass
+class VisualizeConfig:
+    """What `visualize` reads (conf/visualize.yaml)."""
+
+    ckpt_path: str
+    text: str
+    site: str  # cross | decoder_self | encoder_self
+    per_head: bool  # one panel per head instead of the mean over heads
+    output: str | None  # default: <checkpoint>.<site>.png beside the checkpoint
+    decoding: DecodingConfig
+
+    def check(self) -> None:
+        self.decoding.check()
+        require(self.site in SITES, "site", f"'{self.site}': use {', '.join(SITES)}")
 
 
 @entrypoint(config_name="visualize", schema=VisualizeConfig)

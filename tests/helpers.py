@@ -21,7 +21,9 @@ from commands import ForkedPython
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONF_DIR, RootConfig, config_to_dict, group_config, validate_config
+from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from seq2seq.metrics import corpus_scores
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +97,23 @@ def compose_config(
     """Compose a root config of seq2seq/conf/ as the entry points do, checked against `schema`."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return validate_config(compose(config_name, overrides=overrides or []), schema)
+
+
+def differing_settings(first: RootConfig, second: RootConfig) -> set[str]:
+    """The dotted keys (e.g. "optim.lr") whose values differ between two train configs: what
+    one preset changes of another, whatever file each value comes from."""
+
+    def leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                found.update(leaves(value, f"{prefix}{key}."))
+            else:
+                found[f"{prefix}{key}"] = value
+        return found
+
+    a, b = (leaves(config_to_dict(config)) for config in (first, second))
+    return {key for key in a.keys() | b.keys() if a.get(key, "<absent>") != b.get(key, "<absent>")}
 
 
 def config_of(option: str, schema: type, **fields: Any) -> Any:
@@ -191,7 +210,7 @@ def toy_corpus(n: int = 300) -> tuple[list[str], list[str]]:
 
 def toy_tokenizer(vocab: int) -> Tokenizer:
     """A joint SentencePiece model of `vocab` pieces trained on the toy corpus."""
-    from seq2seq.config import TokenizerConfig
+    from seq2seq.data.config import TokenizerConfig
     from seq2seq.data.tokenizer import train_sentencepiece
 
     config = group_config("tokenizer/sentencepiece", TokenizerConfig)
@@ -414,9 +433,19 @@ def fake_run(
     (directory / "run_summary.json").write_text(json.dumps(summary))
 
 
+def assert_scores_of_the_files_named(scores: dict, sentences: int) -> None:
+    """A test set's `scores` (evaluate's, a run summary's) are sacreBLEU's on the hypotheses
+    and references files they name, one hypothesis per test sentence."""
+    hypotheses = read_lines(Path(scores["hypotheses"]))
+    references = read_lines(Path(scores["references"]))
+    assert len(hypotheses) == len(references) == scores["sentences"] == sentences
+    recomputed = corpus_scores(hypotheses, references)
+    assert {k: scores[k] for k in recomputed} == recomputed
+
+
 def report(*overrides: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "seq2seq.report", *overrides]
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    """`python -m seq2seq.report <overrides>`, forked as run() starts the other commands."""
+    return python("-m", "seq2seq.report", *overrides, cwd=cwd)
 
 
 def table_rows(markdown: Path) -> dict[str, list[str]]:

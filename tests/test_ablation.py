@@ -13,6 +13,7 @@ from helpers import (
     REFERENCES,
     SPECIAL_IDS,
     compose_config,
+    differing_settings,
     fake_run,
     few_pairs_overrides,
     python,
@@ -22,7 +23,6 @@ from helpers import (
 )
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config import config_to_dict
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 40
@@ -57,24 +57,33 @@ def test_the_two_suites_cover_every_preset_and_compare_with_standard() -> None:
 
 def test_the_gpu_suite_is_the_cpu_suite_at_a_converged_budget() -> None:
     """experiment=ablation_gpu changes where and how long each run trains, not what the suite
-    compares: the same wirings, seeds, model and recipe."""
+    compares: the same wirings, seeds, model and recipe; a larger budget, without early
+    stopping, and the GPU's speed settings."""
     assert sweep_params("ablation_gpu") == sweep_params("ablation_cpu")
-    cpu = config_to_dict(compose_config(["experiment=ablation_cpu"]))
-    gpu = config_to_dict(compose_config(["experiment=ablation_gpu"]))
-    assert gpu.pop("trainer") == {
-        **cpu.pop("trainer"),
-        "accelerator": "gpu",
-        "precision": "bf16-mixed",
-        "max_steps": 4000,
-        "check_val_every_n_epoch": 2,
+    cpu, gpu = (compose_config([f"experiment={name}"]) for name in ("ablation_cpu", "ablation_gpu"))
+    changed = differing_settings(cpu, gpu)
+    assert changed == {
+        "trainer.accelerator",
+        "trainer.precision",
+        "trainer.max_steps",
+        "trainer.check_val_every_n_epoch",
+        "early_stopping_patience",
+        "cuda_graphs",
+        "data.num_workers",
+        "data.pad_to_multiple",
     }
-    assert (gpu.pop("cuda_graphs"), gpu.pop("early_stopping_patience")) == (200, 100)
-    assert (gpu["data"].pop("num_workers"), gpu["data"].pop("pad_to_multiple")) == (2, 4)
-    del cpu["cuda_graphs"], cpu["early_stopping_patience"]
-    del cpu["data"]["num_workers"], cpu["data"]["pad_to_multiple"]
-    assert gpu == cpu
+    assert gpu.trainer["max_steps"] > cpu.trainer["max_steps"]
 
 
+def test_the_block_suite_trains_as_the_attention_suite_does() -> None:
+    """block_ablation_cpu swaps the presets swept (above) and nothing of the runs."""
+    attention, block = (
+        compose_config([f"experiment={name}"]) for name in ("ablation_cpu", "block_ablation_cpu")
+    )
+    assert not differing_settings(attention, block)
+
+
+@pytest.mark.slow
 def test_ablation_report_tabulates_finished_runs_and_names_the_others(tmp_path: Path) -> None:
     fake_run(tmp_path / "0_standard_seed1", "standard", 30.5)
     fake_run(tmp_path / "1_swapped_seed1", "swapped_cross", 12.25, hypotheses=REFERENCES)
@@ -130,6 +139,7 @@ def test_ablation_report_tabulates_finished_runs_and_names_the_others(tmp_path: 
     assert "3_failed: failed (DataError: train.src, line 3: empty)" in result.stderr
 
 
+@pytest.mark.slow
 def test_ablation_report_statistics_over_seeds_and_against_the_baseline(tmp_path: Path) -> None:
     """Three seeds of each variant. A variant whose hypotheses are the baseline's gets p = 1
     and a difference interval around 0; one whose hypotheses are the references is

@@ -91,6 +91,7 @@ TCMALLOC = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @TCMALLOC
 @pytest.mark.parametrize(
     ("command", "choice", "expected"),

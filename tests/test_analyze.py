@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from helpers import compose_config, configured_model, run, toy_corpus, toy_overrides, toy_tokenizer
 
 from seq2seq.analysis.rank_collapse import probe, rank_measures
+from seq2seq.config import CONF_DIR
 from seq2seq.training.run import train
 
 
@@ -97,6 +99,7 @@ def toy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return Path(summary["final_checkpoint"]), toy_overrides(files, work / "cache")
 
 
+@pytest.mark.slow
 def test_analyze_probes_checkpoints_and_presets_at_initialisation(toy_run, tmp_path) -> None:
     checkpoint, data = toy_run
     result = run(
@@ -125,6 +128,31 @@ def test_analyze_probes_checkpoints_and_presets_at_initialisation(toy_run, tmp_p
     assert "| attention_only at init | decoder | 2 |" in (tmp_path / "rank_collapse.md").read_text()
 
 
+@pytest.mark.slow
+def test_analyze_composes_presets_of_a_config_dir(toy_run, tmp_path) -> None:
+    """A preset in a `--config-dir`'s ablation/ is found as a shipped one: a copy of
+    attention_only probes exactly as attention_only does."""
+    _, data = toy_run
+    (tmp_path / "mine" / "ablation").mkdir(parents=True)
+    shutil.copy(CONF_DIR / "ablation" / "attention_only.yaml", tmp_path / "mine/ablation/copy.yaml")
+    config_dir = ["--config-dir", str(tmp_path / "mine")]
+    init = ["model=transformer_tiny", "init=[attention_only,copy]", "sentences=20"]
+    result = run("analyze", tmp_path, *config_dir, *data, *init)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "rank_collapse.csv") as f:
+        rows = list(csv.DictReader(f))
+    measured = {}
+    for row in rows:
+        measured.setdefault(row.pop("model"), []).append(row)
+    assert list(measured) == ["attention_only at init", "copy at init"]
+    assert measured["copy at init"] == measured["attention_only at init"]
+
+    result = run("analyze", tmp_path, *config_dir, *data, "init=[deep]")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "no preset 'deep'" in result.stderr and "attention_only, copy, " in result.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

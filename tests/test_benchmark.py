@@ -146,11 +146,21 @@ def test_the_profiles_host_work_of_ours_leaves_the_model_out(
         keep_mask(torch.Size([8]), 0.1, torch.device("cpu"))
         Batch(tokens, tokens, tokens, torch.tensor([0]), 2).to(torch.device("cpu"))
     profile.disable()
-    ours = ours_per_update(pstats.Stats(profile), updates=4)
+    stats = pstats.Stats(profile)
+    ours = ours_per_update(stats, updates=4)
     names = {re.sub(r":\d+\(", "(", where) for where in ours}  # without line numbers
     assert {"seq2seq/training/optim.py(factor)", "seq2seq/data/batching.py(to)"} <= names
     assert all(not where.startswith("seq2seq/model/") for where in ours)
-    assert all(ms >= 0 for ms in ours.values()) and len(ours) <= 12
+    assert list(ours.values()) == sorted(ours.values(), reverse=True) and len(ours) <= 12
+    # cumulative milliseconds per update: the factor's 4 calls over the 4 updates
+    ((where, ms),) = [(w, ms) for w, ms in ours.items() if w.endswith("(factor)")]
+    path, function = where.split(":")
+    (seconds,) = [
+        cumulative
+        for (file, line, name), (*_, cumulative, _) in stats.stats.items()
+        if file.endswith(path) and f"{line}({name})" == function
+    ]
+    assert ms == pytest.approx(1000 * seconds / 4)
 
 
 def test_copies_by_caller_name_the_operator_that_cast(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,6 +255,7 @@ def test_step_benchmark_refuses_an_extra_override_for_no_checkout() -> None:
     assert "--extra c=seed=2: give NAME=OVERRIDE with NAME one of a, b" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_profile_times_what_the_host_does_between_epochs(
     toy_files: Path, tmp_path: Path
 ) -> None:

@@ -18,20 +18,17 @@ from helpers import CONF_DIR, SPECIAL_IDS, compose_config, run, toy_overrides
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.config import (
-    DecodingConfig,
-    TokenizerConfig,
-    group_config,
-    upgrade_config,
-    validate_config,
-)
+from seq2seq.config import group_config, validate_config
+from seq2seq.data.config import TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint, upgrade_state_dict
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.checkpoint import average_checkpoints
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.run import train
+from seq2seq.upgrade import upgrade_config
 
 VOCAB = 40
 
@@ -290,6 +287,7 @@ def test_visualize_reads_an_old_checkpoint(sentencepiece: bytes, tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["map.png", "old.ckpt"]  # no .log
 
 
+@pytest.mark.slow
 def test_lightning_resumes_from_a_checkpoint_with_old_names(
     toy_files: Path, tmp_path: Path
 ) -> None:

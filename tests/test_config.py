@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import itertools
+import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
-from helpers import CONF_DIR, ROOT, compose_config, split_file_overrides
+import yaml
+from helpers import CONF_DIR, ROOT, compose_config, differing_settings, split_file_overrides
 from omegaconf import OmegaConf
+from pytorch_lightning.callbacks import EarlyStopping
+from test_docs import anchors
 
-from seq2seq.config import (
-    EvaluateConfig,
-    ExportConfig,
-    TranslateConfig,
-    VisualizeConfig,
-    config_to_dict,
-    several_processes,
-    validate_config,
-)
+from seq2seq.config import RootConfig, config_to_dict, several_processes, validate_config
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.errors import ConfigError
+from seq2seq.evaluate import EvaluateConfig
+from seq2seq.export import ExportConfig
 from seq2seq.model.config import Score, Stream
+from seq2seq.training.run import build_trainer
+from seq2seq.translate import TranslateConfig
+from seq2seq.upgrade import load_config
+from seq2seq.visualize import VisualizeConfig
 
 OPTIONAL_GROUPS = {"ablation"}  # not in the defaults list: selected with +ablation=...
+EXPERIMENTS = CONF_DIR / "experiment"
+PRESETS = sorted(path.stem for path in EXPERIMENTS.glob("*.yaml"))
 
 
 def group_options() -> list[tuple[str, str]]:
@@ -87,97 +95,216 @@ def test_language_override_reaches_file_names() -> None:
     assert config.data.splits["val"].tgt == "val.en.gz"
 
 
+@functools.cache
+def composed(*overrides: str) -> RootConfig:
+    """compose_config, once per session for each list of overrides: tests only read it."""
+    return compose_config(list(overrides))
+
+
+def preset(name: str) -> RootConfig:
+    return composed(f"experiment={name}")
+
+
+def preset_file(name: str) -> dict:
+    """An experiment preset's own settings, as its file states them."""
+    return yaml.safe_load((EXPERIMENTS / f"{name}.yaml").read_text())
+
+
 def test_experiment_preset_overrides_groups() -> None:
-    config = compose_config(["experiment=smoke"])
-    assert config.model.name == "transformer_tiny"
-    assert config.tokenizer.vocab_size == 2000
-    assert config.trainer["max_epochs"] == 1
+    """smoke swaps the model group and sets keys of two others; the composed config has them."""
+    smoke = preset_file("smoke")
+    config = preset("smoke")
+    assert config.model.name == smoke["defaults"][0]["override /model"] != composed().model.name
+    assert config.tokenizer.vocab_size == smoke["tokenizer"]["vocab_size"]
+    assert config.trainer["max_epochs"] == smoke["trainer"]["max_epochs"]
+
+
+@pytest.mark.parametrize("name", ["ablation_cpu", "multi30k_cpu_1h_wu2021"])
+def test_experiment_preset_overrides_root_keys(name: str) -> None:
+    """A preset's top-level keys beat train.yaml's defaults; the command line beats both."""
+    average_last = preset_file(name)["average_last"]
+    assert average_last != composed().average_last
+    assert preset(name).average_last == average_last
+    assert compose_config([f"experiment={name}", "average_last=7"]).average_last == 7
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_experiment_preset_opens_with_its_purpose_budget_result_and_evidence(name: str) -> None:
+    """The comment a preset opens with says what it is for, its budget and the result to
+    expect, and links to the evidence: a docs file and a heading of it that exist. Run history
+    (dates, run numbers, p-values) stays out of presets."""
+    lines = (EXPERIMENTS / f"{name}.yaml").read_text().splitlines()
+    assert lines[0] == "# @package _global_"
+    opening = itertools.takewhile(lambda line: line.startswith("#"), lines[1:])
+    comment = " ".join(line[1:].strip() for line in opening)
+    assert "Budget:" in comment and "Expect" in comment, comment
+    link = re.search(r"\b((?:docs/)?[\w/.-]+\.md)#([\w-]+)", comment)
+    assert link, f"{name}.yaml: no link to docs/<file>.md#<section> in its opening comment"
+    target = ROOT / link.group(1)
+    assert target.is_file(), f"{name}.yaml links to {link.group(1)}, which does not exist"
+    assert link.group(2) in anchors(target.read_text(encoding="utf-8")), link.group(0)
+    text = "\n".join(lines)
+    assert not re.search(r"\b20\d\d-\d\d-\d\d|\bruns? \d|\bp [=<] 0|\bfamily \d", text), name
+
+
+def test_wu2021_model_is_transformer_small_with_their_sizes_and_dropout() -> None:
+    """model=transformer_wu2021 is the paper's model (Wu et al. 2021, 4+4 layers of d_model
+    128); every setting the paper does not name is transformer_small's."""
+    wu2021 = composed("model=transformer_wu2021")
+    changed = differing_settings(composed("model=transformer_small"), wu2021)
+    sizes = {"d_model", "ffn_dim", "encoder_layers", "decoder_layers", "dropout"}
+    assert changed == {"model.name"} | {f"model.{key}" for key in sizes}
+    model = wu2021.model
+    published = {"encoder_layers": 4, "decoder_layers": 4, "d_model": 128, "heads": 4}
+    published |= {"ffn_dim": 256, "dropout": 0.3}
+    assert {key: getattr(model, key) for key in published} == published
+
+
+CLOCK_IN_NAME = re.compile(r"_(\d+)(h|s)(?=_|$)")  # multi30k_cpu_1h_tuned, multi30k_gpu_90s
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if CLOCK_IN_NAME.search(p)])
+def test_a_preset_named_for_its_clock_stops_by_it(name: str) -> None:
+    """A name's "1h" or "90s" is its training clock: Lightning's Timer stops at that budget or
+    a little before (the 90-s preset leaves fit's set-up and end a few seconds of it)."""
+    amount, unit = CLOCK_IN_NAME.search(name).groups()
+    budget = int(amount) * {"h": 3600, "s": 1}[unit]
+    days, hours, minutes, seconds = map(int, preset(name).trainer["max_time"].split(":"))
+    clock = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    assert 0.95 * budget <= clock <= budget
+
+
+# multi30k_cpu_1h stops early by design (patience 10); every other preset trains a fixed budget
+FIXED_BUDGET = [name for name in PRESETS if name != "multi30k_cpu_1h"]
+
+
+@pytest.mark.parametrize("name", FIXED_BUDGET)
+def test_fixed_budget_preset_never_stops_early(name: str, request: pytest.FixtureRequest) -> None:
+    """Early stopping is off, or the budget ends the run before it has validated more times than
+    the patience: a Multi30k epoch at the preset's batch size bounds the epochs its max_steps
+    hold."""
+    config = preset(name)
+    patience, trainer = config.early_stopping_patience, config.trainer
+    if patience is None:
+        return
+    epochs = trainer["max_epochs"] if trainer["max_epochs"] > 0 else math.inf
+    if trainer["max_steps"] > 0:
+        assert config.tokenizer == composed().tokenizer, (
+            "counts the fixture's batches: its tokenizer"
+        )
+        batches = epoch_sampler(request.getfixturevalue("multi30k"), config)
+        epochs = min(epochs, -(-trainer["max_steps"] // len(batches)))
+    validations = epochs // trainer["check_val_every_n_epoch"] + 1  # + 1: a stop validates
+    assert validations <= patience, f"{name}: up to {validations} validations, patience {patience}"
+
+
+def epoch_sampler(prepared, config) -> TokenBudgetBatchSampler:
+    """The training batches of an epoch of prepared Multi30k at `config`'s batch settings."""
+    train = prepared.splits["train"]
+    return TokenBudgetBatchSampler(
+        train.src_lens,
+        train.tgt_lens,
+        config.data.max_tokens,
+        True,
+        pad_to_multiple=config.data.pad_to_multiple,
+    )
+
+
+def test_cuda_graphs_bound_covers_every_batch_shape_of_an_epoch(multi30k) -> None:
+    """A preset that captures CUDA graphs has room for every batch shape of its epochs (the
+    same shapes each epoch: the cut depends on the lengths alone); none trains eagerly."""
+    capturing = [name for name in PRESETS if preset(name).cuda_graphs]
+    assert "ablation_gpu" in capturing and "multi30k_gpu_wu2021" in capturing
+    for name in capturing:
+        config = preset(name)
+        assert config.tokenizer == composed().tokenizer  # the fixture's batches are the preset's
+        sampler = epoch_sampler(multi30k, config)
+        shapes = sampler.shapes()
+        sampler.set_epoch(1)
+        assert sampler.shapes() == shapes
+        assert shapes <= config.cuda_graphs, (
+            f"{name}: {shapes} shapes, cuda_graphs={config.cuda_graphs}"
+        )
+
+
+def test_tuned_hour_preset_stops_at_the_clock_or_wu2021s_token_budget(multi30k) -> None:
+    """Where the hour holds more, the tuned preset stops at Wu et al.'s 8,000 updates of
+    2 x 4,096 tokens (as many tokens in updates of data.max_tokens): not at an epoch count
+    first, and after warmup has ended."""
+    config = preset("multi30k_cpu_1h_tuned")
+    trainer = config.trainer
+    assert trainer["max_time"] is not None
+    assert trainer["max_steps"] * config.data.max_tokens == 8000 * 2 * 4096
+    if trainer["max_epochs"] > 0:
+        batches = len(epoch_sampler(multi30k, config))
+        assert trainer["max_epochs"] * batches >= trainer["max_steps"]
+    assert config.optim.warmup_steps < trainer["max_steps"]
+
+
+# (preset, the one it is built from, the settings it changes): each preset stands in a file of
+# its own, and these relations keep the copies of a recipe from drifting apart
+RELATED_PRESETS = {
+    # the settings validation chose (the whole hour, up to Wu et al.'s budget in tokens; a moving
+    # average, its weights at the end preferred; the unigram tokenizer, bidirectional training)
+    "tuned from wu2021": (
+        "multi30k_cpu_1h_tuned",
+        "multi30k_cpu_1h_wu2021",
+        "trainer.max_epochs trainer.max_steps optim.ema_decay prefer_checkpoint "
+        "tokenizer.model_type data.bidirectional_epochs",
+    ),
+    # where and how long the recipe trains: their batch in one, their updates instead of the
+    # hour, the GPU and its speed settings; not the model, tokenizer or optimizer
+    "gpu from cpu": (
+        "multi30k_gpu_wu2021",
+        "multi30k_cpu_1h_wu2021",
+        "data.max_tokens data.num_workers trainer.accelerator trainer.precision "
+        "trainer.max_epochs trainer.max_steps trainer.max_time "
+        "trainer.check_val_every_n_epoch cuda_graphs",
+    ),
+    # a schedule for the clock (linear decay to 0, its own warmup and peak), lengths padded
+    # (fewer captures), validated less often, stopped by the clock
+    "90s from gpu": (
+        "multi30k_gpu_90s",
+        "multi30k_gpu_wu2021",
+        "optim.decay optim.lr optim.warmup_steps data.pad_to_multiple trainer.max_time "
+        "trainer.check_val_every_n_epoch",
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "base", "changes"), RELATED_PRESETS.values(), ids=RELATED_PRESETS)
+def test_a_preset_changes_only_its_own_settings_of_the_recipe_it_builds_on(
+    name: str, base: str, changes: str
+) -> None:
+    assert differing_settings(preset(base), preset(name)) == set(changes.split())
 
 
 @pytest.mark.parametrize(
-    ("preset", "average_last"),
-    [("ablation_cpu", 0), ("multi30k_cpu_1h_wu2021", 10), ("multi30k_cpu_1h_tuned", 10)],
+    "name",
+    ["multi30k_cpu_1h_wu2021", "multi30k_cpu_1h_tuned", "multi30k_gpu_wu2021", "multi30k_gpu_90s"],
 )
-def test_experiment_preset_overrides_root_keys(preset: str, average_last: int) -> None:
-    """A preset's top-level keys beat train.yaml's defaults; the command line beats both."""
-    assert compose_config([f"experiment={preset}"]).average_last == average_last
-    assert compose_config([f"experiment={preset}", "average_last=7"]).average_last == 7
+def test_wu2021_presets_train_their_model_as_published(name: str) -> None:
+    assert preset(name).model == composed("model=transformer_wu2021").model
 
 
-@pytest.mark.parametrize("preset", ["multi30k_cpu_1h_wu2021", "multi30k_cpu_1h_tuned"])
-def test_hour_preset_trains_the_whole_hour(preset: str) -> None:
-    """README's first command, and Wu et al.'s recipe it starts from, end at trainer.max_time,
-    never by early stopping."""
-    config = compose_config([f"experiment={preset}"])
-    assert config.trainer["max_time"] == "00:01:00:00"
-    max_epochs = config.trainer["max_epochs"]
-    assert max_epochs == -1 or config.early_stopping_patience >= max_epochs
+def test_gpu_preset_takes_wu2021s_two_batches_as_one() -> None:
+    cpu, gpu = preset("multi30k_cpu_1h_wu2021"), preset("multi30k_gpu_wu2021")
+    assert gpu.data.max_tokens == 2 * cpu.data.max_tokens
 
 
-def test_tuned_hour_preset_stops_at_wu2021s_token_budget(multi30k) -> None:
-    """Where the hour holds more, the tuned preset stops at Wu et al.'s 8,000 updates of
-    2 x 4,096 tokens, as many tokens in updates of data.max_tokens; not at an epoch count,
-    and not by early stopping within those updates' epochs."""
-    config = compose_config(["experiment=multi30k_cpu_1h_tuned"])
-    assert config.trainer["max_epochs"] == -1
-    assert config.trainer["max_steps"] * config.data.max_tokens == 8000 * 2 * 4096
-    train = multi30k.splits["train"]
-    sampler = TokenBudgetBatchSampler(train.src_lens, train.tgt_lens, config.data.max_tokens, True)
-    batches = len(sampler)  # per epoch
-    assert config.early_stopping_patience >= -(-config.trainer["max_steps"] // batches)
-
-
-def test_tuned_hour_preset_is_wu2021_with_only_the_settings_validation_chose() -> None:
-    """The improved preset changes Wu et al.'s recipe only where runs chose it on val (the whole
-    hour, up to their budget in tokens; a moving average of the weights, and its weights at the
-    end as the preferred final checkpoint; the unigram tokenizer and 6 epochs of bidirectional
-    training), so `experiment=multi30k_cpu_1h_wu2021` still reproduces their recipe and its
-    earlier runs; at that budget val chose their dropout, 0.3."""
-    wu2021 = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_wu2021"]))
-    tuned = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_tuned"]))
-    assert tuned["model"]["dropout"] == wu2021["model"]["dropout"] == 0.3
-    assert tuned.pop("optim") == {**wu2021.pop("optim"), "ema_decay": 0.998}
-    assert tuned.pop("tokenizer") == {**wu2021.pop("tokenizer"), "model_type": "unigram"}
-    bidirectional = [config["data"].pop("bidirectional_epochs") for config in (tuned, wu2021)]
-    assert bidirectional == [6, 0]
-    assert tuned.pop("trainer") == {**wu2021.pop("trainer"), "max_epochs": -1, "max_steps": 16000}
-    patience = (tuned.pop("early_stopping_patience"), wu2021.pop("early_stopping_patience"))
-    assert patience == (200, 100)
-    assert (tuned.pop("prefer_checkpoint"), wu2021.pop("prefer_checkpoint")) == ("last", "averaged")
-    assert tuned == wu2021
-
-
-def test_90_second_gpu_preset_is_the_gpu_recipe_with_a_schedule_for_the_clock() -> None:
-    """experiment=multi30k_gpu_90s: Wu et al.'s GPU preset with a linear decay to 0 at the
-    clock's end (shorter warmup, higher peak), lengths padded to multiples of 4 (fewer
-    captures), validated less often, stopped at 87 s; nothing else differs."""
-    full = config_to_dict(compose_config(["experiment=multi30k_gpu_wu2021"]))
-    cut = config_to_dict(compose_config(["experiment=multi30k_gpu_90s"]))
-    assert cut.pop("optim") == {
-        **full.pop("optim"),
-        "decay": "linear",
-        "lr": 7.0e-3,
-        "warmup_steps": 1000,
+def test_every_preset_the_docs_name_composes() -> None:
+    """Each `experiment=<name>` in README.md and docs/ (but for a user's own, under
+    --config-dir) is a shipped preset, and composes."""
+    named = {
+        match
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "--config-dir" not in line
+        for match in re.findall(r"\bexperiment=(\w+)", line)
     }
-    padding = (full["data"].pop("pad_to_multiple"), cut["data"].pop("pad_to_multiple"))
-    assert padding == (1, 4)
-    assert cut.pop("trainer") == {
-        **full.pop("trainer"),
-        "max_time": "00:00:01:27",
-        "check_val_every_n_epoch": 25,
-    }
-    assert cut == full
-
-
-def test_readmes_first_command_composes_the_tuned_preset() -> None:
-    """The command users copy first trains the improved recipe as the preset has it: its other
-    overrides change where files are, nothing of the recipe."""
-    readme = (ROOT / "README.md").read_text().splitlines()
-    first = next(line for line in readme if line.startswith("python -m seq2seq.train "))
-    overrides = first.split()[3:]
-    recipe = [override for override in overrides if not override.startswith("paths.")]
-    assert recipe == ["experiment=multi30k_cpu_1h_tuned"]
-    assert compose_config(overrides).trainer["max_steps"] == 16000
+    assert named and named <= set(PRESETS), named - set(PRESETS)
+    for name in named:
+        preset(name)
 
 
 @pytest.mark.parametrize(
@@ -313,3 +440,23 @@ def test_several_processes_reads_devices_as_lightning_does(devices, several: boo
     assert several_processes({"devices": devices}) is several
     assert several_processes({"devices": devices, "num_nodes": 2}) is True
     assert several_processes({"devices": devices, "strategy": "ddp_spawn"}) is True
+
+
+def test_a_saved_sentinel_patience_keeps_its_value_and_null_stays_off() -> None:
+    """Configs saved when a large patience stood for "never" load with that number (a run
+    resumed from them stops as it would have); null, today's "off", loads as None."""
+    saved = config_to_dict(compose_config(["experiment=multi30k_cpu_1h_wu2021"]))
+    assert saved["early_stopping_patience"] is None
+    assert load_config({**saved, "early_stopping_patience": 100}).early_stopping_patience == 100
+    assert load_config(saved).early_stopping_patience is None
+
+
+@pytest.mark.parametrize(("patience", "expected"), [("null", None), ("3", 3), ("100", 100)])
+def test_early_stopping_patience_null_builds_no_early_stopping(
+    patience: str, expected: int | None, tmp_path: Path
+) -> None:
+    config = compose_config([f"early_stopping_patience={patience}", "trainer.accelerator=cpu"])
+    trainer, _ = build_trainer(config, tmp_path, None, "32-true")
+    stoppers = [c for c in trainer.callbacks if isinstance(c, EarlyStopping)]
+    assert [stopper.patience for stopper in stoppers] == ([] if expected is None else [expected])
+    assert all(stopper.monitor == "val/bleu" and stopper.mode == "max" for stopper in stoppers)

@@ -23,9 +23,9 @@ from helpers import (
     trained_toy_model,
 )
 
-from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 from seq2seq.decoding.backend import Request
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.constraints import PhraseMatcher, constrained_beam_search
 from seq2seq.decoding.search import beam_search, max_output_len
 from seq2seq.decoding.translator import Translator
@@ -127,6 +127,7 @@ LINES = toy_corpus(30)[0][:12]
 PHRASES = [["BALL"], [], ["RED DOG", "CAT"], ["UNDER THE"], *[[]] * 8]
 
 
+@pytest.mark.slow
 def test_translations_contain_their_phrases_and_carry_the_models_scores(toy) -> None:
     tokenizer, model = toy
     # "RED DOG" and "CAT" are 10 pieces of this 60-piece vocabulary: a beam of 12 has room
@@ -151,6 +152,7 @@ def test_translations_contain_their_phrases_and_carry_the_models_scores(toy) -> 
         )
 
 
+@pytest.mark.slow
 def test_prefix_and_constraints_together(toy) -> None:
     tokenizer, model = toy
     translator = Translator(model, tokenizer, config_of("decoding/beam", DecodingConfig))
@@ -158,6 +160,7 @@ def test_prefix_and_constraints_together(toy) -> None:
     assert output.startswith("A") and "BALL" in output
 
 
+@pytest.mark.slow
 def test_unmet_phrases_are_warned_with_the_line(toy, caplog: pytest.LogCaptureFixture) -> None:
     tokenizer, model = toy
     decoding = config_of("decoding/beam", DecodingConfig, max_len_a=0.0, max_len_b=1)
@@ -166,6 +169,7 @@ def test_unmet_phrases_are_warned_with_the_line(toy, caplog: pytest.LogCaptureFi
     assert "in.txt, line 7: no translation within the length limit and beam holds" in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("constraints", "words"),
     [
@@ -179,6 +183,7 @@ def test_bad_constraints_are_refused(toy, constraints: list, words: str) -> None
         Translator(model, tokenizer).translate(LINES, constraints=constraints)
 
 
+@pytest.mark.slow
 def test_sampling_with_constraints_is_refused(toy) -> None:
     tokenizer, model = toy
     translator = Translator(model, tokenizer, config_of("decoding/sample", DecodingConfig))

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import gzip
+import io
+import os
+import threading
 from pathlib import Path
 
 import pytest
 from helpers import write_lines
 
-from seq2seq.data.corpus import SplitPaths, normalize, read_lines, read_parallel
+from seq2seq.data.corpus import (
+    SplitPaths,
+    normalize,
+    read_lines,
+    read_parallel,
+    stream_lines,
+)
 from seq2seq.errors import DataError
 
 
@@ -24,6 +33,41 @@ def test_only_newline_ends_a_line(tmp_path: Path) -> None:
     path = tmp_path / "x.txt"
     path.write_bytes("a\u2028b\nc\x1cd\r\ne".encode())
     assert read_lines(path) == ["a\u2028b", "c\x1cd", "e"]
+
+
+def test_standard_input_yields_each_line_as_it_arrives() -> None:
+    """translate reads standard input with the corpus reader: a line is yielded once it has
+    ended, not when a chunk is full (the writer waits for the first line to be read)."""
+    read_end, write_end = os.pipe()
+    first_read = threading.Event()
+    waited = []
+
+    def write() -> None:
+        with open(write_end, "wb", buffering=0) as pipe:
+            pipe.write(b"first\r\nsecond")
+            waited.append(first_read.wait(timeout=10))
+            pipe.write(b"\rthird\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with open(read_end, "rb") as pipe:
+        lines = stream_lines(pipe, None)
+        first = next(lines)
+        first_read.set()
+        rest = list(lines)
+    writer.join()
+    assert (first, rest, waited) == ("first", ["second", "third"], [True])
+
+
+def test_bad_standard_input_is_named_with_the_conversion() -> None:
+    with pytest.raises(DataError) as info:
+        list(stream_lines(io.BytesIO("gut\nschön\n".encode("latin-1")), None))
+    assert str(info.value) == (
+        "standard input, line 2: not valid UTF-8 (byte 0xf6 at column 4). Convert it to UTF-8, "
+        "e.g. pipe it through iconv -f latin1 -t UTF-8"
+    )
+    with pytest.raises(DataError, match="^standard input is UTF-16 text .* pipe it through"):
+        list(stream_lines(io.BytesIO("a dog\n".encode("utf-16")), None))
 
 
 def test_normalize() -> None:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from helpers import compose_config, config_of, toy_corpus, toy_overrides, write_lines
 
-from seq2seq.config import FilterConfig, TokenizerConfig
 from seq2seq.data import dataset
+from seq2seq.data.config import FilterConfig, TokenizerConfig
 from seq2seq.data.corpus import normalize
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.dataset import EncodedSplit
@@ -22,8 +22,8 @@ from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
 ARRAYS = ("src", "src_offsets", "tgt", "tgt_offsets", "line")
 
 # sha256 of Multi30k en-de's default tokenizer model and encoded arrays, recorded on
-# 2026-11-24 from the cache written before the streaming encoder (the .npz caches of issue 2's
-# pipeline); the streaming, memory-mapped pipeline must reproduce them exactly.
+# 2026-11-24 from the cache written before the streaming encoder (the earlier pipeline's .npz
+# caches); the streaming, memory-mapped pipeline must reproduce them exactly.
 MULTI30K_TOKENIZER = "c3dc45015b2940210fae8667cf4aa86c0039e4901d597562f84f0a365da487e2"
 MULTI30K_ARRAYS = {
     "train": {

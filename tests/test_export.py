@@ -25,9 +25,9 @@ from helpers import (
     wired_model,
 )
 
-from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decoding.backend import Request
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.evaluate import evaluate_checkpoint
@@ -217,6 +217,7 @@ def test_export_directory_samples_with_our_settings_and_warns_about_its_seed(
     assert [h.score for _, h in ended] == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_export_directory_handles_empty_and_long_lines_as_ours(
     tokenizer: Tokenizer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -294,6 +295,7 @@ def test_export_leaves_the_model_as_it_was(
     assert all(torch.equal(before[name], after[name]) for name in before)
 
 
+@pytest.mark.slow
 def test_int8_loads_and_translates(tokenizer: Tokenizer, tmp_path: Path) -> None:
     model = trained(tokenizer)
     float32 = ct2_greedy(export_model(model, tokenizer, tmp_path / "f32"), tokenizer, LINES)

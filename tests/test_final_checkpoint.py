@@ -12,7 +12,8 @@ import pytest
 import torch
 from helpers import compose_config, config_of, tiny_checkpoint
 
-from seq2seq.config import DecodingConfig, config_to_dict, load_config
+from seq2seq.config import config_to_dict
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.errors import ConfigError
 from seq2seq.training import final_checkpoint
 from seq2seq.training.final_checkpoint import (
@@ -23,6 +24,7 @@ from seq2seq.training.final_checkpoint import (
     replaces,
     same_weights,
 )
+from seq2seq.upgrade import load_config
 
 REFERENCES = [f"a dog number {i} runs across the green field" for i in range(300)]
 WRONG = "the cat sleeps"
@@ -77,6 +79,7 @@ def test_same_weights_means_every_tensor_equal() -> None:
     assert not same_weights(state, {"model.a": state["model.a"]})
 
 
+@pytest.mark.slow
 def test_candidates_with_the_same_weights_are_decoded_once(
     beam: DecodingConfig, monkeypatch, tmp_path: Path
 ) -> None:

@@ -24,10 +24,10 @@ from helpers import (
     write_lines,
 )
 
-from seq2seq.config import OptimConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.loss import label_smoothed_cross_entropy
+from seq2seq.training.config import OptimConfig
 from seq2seq.training.cuda_graphs import GraphedLoss
 from seq2seq.training.module import seed_generators
 from seq2seq.training.optim import adamw, clip_gradients, skip_update_if
@@ -57,6 +57,7 @@ def gpu_training_overrides(tmp_path: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_trainer_gpu_trains_in_bf16_mixed_through_the_entry_point(tmp_path: Path) -> None:
     # a fresh interpreter, as users start it: the tests' fork server has not been run on a GPU
     result = run("train", tmp_path, *gpu_training_overrides(tmp_path), fresh_interpreter=True)
@@ -67,6 +68,7 @@ def test_trainer_gpu_trains_in_bf16_mixed_through_the_entry_point(tmp_path: Path
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_the_gradient_norm_under_float16_is_the_unscaled_gradients(
     toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,6 +252,7 @@ def test_seeding_a_step_on_a_gpu_draws_torch_manual_seeds_streams() -> None:
     assert all(torch.equal(a, b) for a, b in zip(reference, draws(), strict=True))
 
 
+@pytest.mark.slow
 def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: Path) -> None:
     overrides = [*gpu_training_overrides(tmp_path), "cuda_graphs=8", "model.dropout=0.1"]
     result = run("train", tmp_path, *overrides, fresh_interpreter=True)
@@ -261,6 +264,7 @@ def test_trainer_gpu_trains_with_cuda_graphs_through_the_entry_point(tmp_path: P
     assert summary["steps"] == 4 and math.isfinite(summary["train_loss"])
 
 
+@pytest.mark.slow
 def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
     overrides = [*gpu_training_overrides(tmp_path), "cuda_graphs=8", "data.pad_to_multiple=8"]
     result = run("train", tmp_path, *overrides, fresh_interpreter=True)
@@ -270,6 +274,7 @@ def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
     assert shapes and all(int(s) % 8 == 0 and int(t) % 8 == 0 for _, s, t in shapes)
 
 
+@pytest.mark.slow
 def test_a_joblib_workers_next_run_starts_with_the_last_ones_gpu_memory_handed_back(
     tmp_path: Path,
 ) -> None:

@@ -13,9 +13,10 @@ from helpers import compose_config, run, toy_overrides
 from omegaconf import OmegaConf
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seq2seq.config import upgrade_config, validate_config
+from seq2seq.config import validate_config
 from seq2seq.errors import ConfigError
 from seq2seq.training.run import build_logger, train, trainer_arguments
+from seq2seq.upgrade import upgrade_config
 
 EXTRAS = {"wandb": "WandbLogger", "mlflow": "MLFlowLogger"}  # option (= package): class
 
@@ -67,6 +68,7 @@ def test_trainer_logger_is_refused_pointing_at_the_group() -> None:
         trainer_arguments(compose_config(["+trainer.logger=false"]))
 
 
+@pytest.mark.slow
 def test_a_run_with_logger_none_keeps_metrics_csv_and_the_learning_curve(
     toy_files: Path, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ def averaged_run(tmp_path_factory: pytest.TempPathFactory):
     return work, weights
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_the_moving_average_of_the_weights_after_each_update(
     averaged_run,
 ) -> None:
@@ -53,6 +54,7 @@ def test_checkpoints_hold_the_moving_average_of_the_weights_after_each_update(
         torch.testing.assert_close(value, average[name])
 
 
+@pytest.mark.slow
 def test_resuming_a_moving_average_without_one_is_refused(averaged_run) -> None:
     """Its state dict is the average: training on from it would lose the trained weights."""
     work, _ = averaged_run

@@ -12,9 +12,9 @@ import torch
 from helpers import config_of, wired_model
 from pytorch_lightning.callbacks import Timer
 
-from seq2seq.config import OptimConfig
 from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
+from seq2seq.training.config import OptimConfig
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.optim import (
     adamw,

@@ -14,17 +14,24 @@ from pathlib import Path
 import pytest
 import tomllib
 from helpers import ROOT
+from packaging.requirements import Requirement
+
+from seq2seq.decoding.ctranslate2_backend import import_ctranslate2
+from seq2seq.errors import ConfigError, extra_packages
 
 PACKAGE = ROOT / "seq2seq"
-SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
 COMMANDS = {value.split(":")[0] for value in SCRIPTS.values()}  # seq2seq.train, ...
 MACHINERY = ("data", "model", "training", "decoding", "analysis", "serving")
-# what each package may import besides itself and these top-level modules (the schema, errors,
-# file helpers, locks and threads of runs side by side, scores): the flow files -> tokenizer ->
-# batches -> model -> loss / decoding -> metrics -> reports, with training driving it
+# what each package may import besides itself and these top-level modules (the schema, the
+# upgrade of saved configs, errors, file helpers, locks and threads of runs side by side, scores):
+# the flow files -> tokenizer -> batches -> model -> loss / decoding -> metrics -> reports, with
+# training driving it
 SHARED = {
     "seq2seq",
     "seq2seq.config",
+    "seq2seq.upgrade",
     "seq2seq.errors",
     "seq2seq.io",
     "seq2seq.concurrency",
@@ -184,3 +191,30 @@ def test_a_built_wheel_installs_and_runs_its_commands_outside_the_source_tree(
     page = "import seq2seq.serving.app as a; print(sorted(p.name for p in a.STATIC.iterdir()))"
     assert run(bin_dir / "python", "-c", page).strip() == "['index.html', 'page.css', 'page.js']"
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("extra", ["deploy", "serve", "sweep", "slurm", "wandb", "mlflow"])
+def test_install_hints_name_the_extras_packages_of_pyproject(extra: str) -> None:
+    """Read from the installed metadata: the same requirements as pyproject.toml lists."""
+    listed = PYPROJECT["project"]["optional-dependencies"][extra]
+    assert extra_packages(extra) != []
+    assert {str(Requirement(r)) for r in extra_packages(extra)} == {
+        str(Requirement(r)) for r in listed
+    }
+
+
+def test_a_missing_ctranslate2_says_how_to_install_it_from_a_wheel_or_a_checkout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The packages themselves, not `seq2seq[deploy]`: the package index's seq2seq is another
+    project."""
+    (ctranslate2,) = PYPROJECT["project"]["optional-dependencies"]["deploy"]
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as if not installed
+    with pytest.raises(ConfigError) as info:
+        import_ctranslate2(ConfigError, "exporting to CTranslate2")
+    message = str(info.value)
+    wheel, checkout = message.split(" (from a source checkout: ")
+    assert checkout == 'pip install -e ".[deploy]")'
+    prefix = "exporting to CTranslate2 needs the ctranslate2 package: pip install "
+    assert wheel.startswith(prefix)
+    assert str(Requirement(wheel.removeprefix(prefix).strip('"'))) == str(Requirement(ctranslate2))

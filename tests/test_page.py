@@ -56,6 +56,7 @@ def drawn(browser) -> np.ndarray:
     return np.array([[float(w) for w in row] for row in rows])
 
 
+@pytest.mark.slow
 def test_the_page_translates_and_draws_the_apis_weights(server: Server, browser) -> None:
     answer = server.post({"sentences": [SENTENCE], "attention": True}).json()
     maps = {(m["site"], m["layer"]): m for m in answer["attention"][0]["maps"]}
@@ -106,6 +107,7 @@ def test_the_page_translates_and_draws_the_apis_weights(server: Server, browser)
     assert "K/V from source" in browser.find_element(By.ID, "summary").text
 
 
+@pytest.mark.slow
 def test_a_bad_request_shows_its_error(server: Server, browser) -> None:
     browser.get(server.url)
     wait = WebDriverWait(browser, 60)

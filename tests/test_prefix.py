@@ -13,9 +13,9 @@ from helpers import (
     trained_toy_model,
 )
 
-from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Request
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import DataError
 from seq2seq.model.transformer import Transformer
@@ -30,6 +30,7 @@ def toy() -> tuple[Tokenizer, Transformer]:
     return tokenizer, trained_toy_model(tokenizer).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_outputs_start_with_their_prefix_and_others_are_unchanged(toy, beam_size: int) -> None:
     tokenizer, model = toy
@@ -43,6 +44,7 @@ def test_outputs_start_with_their_prefix_and_others_are_unchanged(toy, beam_size
             assert output == unforced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_scores_are_the_teacher_forced_scores_of_the_whole_output(toy, beam_size: int) -> None:
     tokenizer, model = toy
@@ -60,6 +62,7 @@ def test_scores_are_the_teacher_forced_scores_of_the_whole_output(toy, beam_size
         assert best.score == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_a_prefix_list_of_another_length_is_refused(toy) -> None:
     tokenizer, model = toy
     translator = Translator(model, tokenizer)

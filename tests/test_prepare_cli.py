@@ -6,6 +6,7 @@ import gzip
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import run, toy_overrides
 
 
@@ -13,6 +14,7 @@ def run_prepare(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     return run("prepare", cwd, *overrides)
 
 
+@pytest.mark.slow
 def test_prepare_multi30k_cold_then_warm(shared_data: Path, tmp_path: Path) -> None:
     overrides = (f"paths.data_dir={shared_data}", f"paths.cache_dir={tmp_path / 'cache'}")
     cold = run_prepare(tmp_path, *overrides)

@@ -4,8 +4,6 @@ read from their configs, and validation BLEU of runs compared (`runs=`)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +15,9 @@ HEADER = "epoch,step,train/loss,val/bleu\n"
 
 def test_sweep_fixture_gives_the_table_of_the_script_it_replaces(tmp_path: Path) -> None:
     """tests/fixtures/ablation_sweep: eight runs whose summaries name their hypotheses and
-    references by relative paths; the expected files are scripts/ablation_report.py's output
-    before the command replaced it. Run from an unrelated directory, the command writes its
-    three files into `output` and nothing else anywhere."""
+    references by relative paths; the expected files are the report of the script the command
+    replaced. Run from an unrelated directory, the command writes its three files into
+    `output` and nothing else anywhere."""
     sweep = tmp_path / "sweep"
     shutil.copytree(FIXTURES / "ablation_sweep", sweep)
     before = sorted(p.relative_to(sweep) for p in sweep.rglob("*"))
@@ -140,13 +138,3 @@ def test_runs_without_validation_bleu_and_empty_sweeps_are_named(tmp_path: Path)
     assert result.returncode == 1 and f"no finished runs (*/run_summary.json) under {tmp_path}" in (
         result.stderr
     )
-
-
-@pytest.mark.parametrize(
-    ("script", "command"),
-    [("ablation_report.py", "python -m seq2seq.report sweep="), ("compare_runs.py", "'runs={")],
-)
-def test_the_old_scripts_say_where_the_command_went(script: str, command: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "scripts" / script
-    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
-    assert result.returncode == 2 and command in result.stderr

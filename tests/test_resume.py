@@ -133,6 +133,7 @@ def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
         torch.testing.assert_close(final["current_model_state"][key], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_resume_command(
     signal_name: str, toy_files: Path, tmp_path: Path
@@ -192,6 +193,7 @@ def test_checkpoint_io_refuses_storage_options(tmp_path: Path) -> None:
         AtomicCheckpointIO().save_checkpoint({}, tmp_path / "x.ckpt", storage_options={"a": 1})
 
 
+@pytest.mark.slow
 def test_same_seed_same_losses_and_translations_other_seed_differs(
     toy_files: Path, tmp_path: Path
 ) -> None:
@@ -232,6 +234,7 @@ def test_seeding_a_step_draws_torch_manual_seeds_stream_without_recording_stacks
             torch.manual_seed(20261201)
 
 
+@pytest.mark.slow
 def test_validating_less_often_trains_the_same_weights(toy_files: Path, tmp_path: Path) -> None:
     """Validation draws nothing from the training's random streams and leaves the weights and
     the moving average as it found them, so trainer.check_val_every_n_epoch only moves time
@@ -277,6 +280,7 @@ def nan_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     monkeypatch.setattr(TranslationModule, "loss", poisoned)
 
 
+@pytest.mark.slow
 def test_linear_decay_spends_the_step_budget(toy_files: Path, tmp_path: Path) -> None:
     """optim=adam_linear_decay with trainer.max_steps=20: each update's logged learning rate
     is lr * min(step / warmup, 1) * (1 - (step - 1) / 20), the last one 1/20 of its peak."""
@@ -303,6 +307,7 @@ def snapshots_after_steps(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[tor
     return taken
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [True, False])  # skipped on the device; on the host
 def test_a_nan_step_is_skipped_and_no_nan_reaches_a_checkpoint(
     fused: bool, toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
@@ -328,6 +333,7 @@ def test_a_nan_step_is_skipped_and_no_nan_reaches_a_checkpoint(
         assert all(bool(torch.isfinite(v).all()) for v in state.values()), name
 
 
+@pytest.mark.slow
 def test_a_nan_step_stops_the_run_when_asked(
     toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,6 +364,7 @@ def fail_at_step(monkeypatch: pytest.MonkeyPatch, step: int, error: Exception) -
     monkeypatch.setattr(TranslationModule, "loss", failing)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("error", "cause"),
     [
@@ -405,6 +412,7 @@ def test_the_out_of_memory_advice_names_the_graphs_where_a_run_captures_them(
     )
 
 
+@pytest.mark.slow
 def test_another_runtime_error_in_training_is_not_taken_for_one_of_memory(
     toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

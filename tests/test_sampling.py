@@ -23,9 +23,9 @@ from helpers import (
     trained_toy_model,
 )
 
-from seq2seq.config import DecodingConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decoding.backend import source_batch
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.sampling import draw, sample_search, truncate
 from seq2seq.decoding.search import greedy_search, max_output_len
 from seq2seq.decoding.translator import Translator
@@ -142,6 +142,7 @@ def sampler(toy, **fields) -> Translator:
     return Translator(model, tokenizer, config_of("decoding/sample", DecodingConfig, **options))
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_samples_at_batch_sizes_1_and_64(toy) -> None:
     lines = toy_corpus(70)[0]
     one, many = sampler(toy, batch_size=1), sampler(toy, batch_size=64)
@@ -154,6 +155,7 @@ def test_the_same_seed_gives_the_same_samples_at_batch_sizes_1_and_64(toy) -> No
     assert [[t.text for t in n] for n in other] != expected
 
 
+@pytest.mark.slow
 def test_samples_of_a_trained_model_carry_its_teacher_forced_scores(toy) -> None:
     """Against the model's own full pass over each drawn sequence (the ids: a drawn
     segmentation need not be the one SentencePiece gives its text)."""

@@ -18,7 +18,7 @@ import pytest
 from helpers import config_of, run, start_python, tiny_checkpoint, toy_corpus
 
 from seq2seq.analysis.attention import attention_of
-from seq2seq.config import DecodingConfig
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator
 
 httpx = pytest.importorskip("httpx")
@@ -86,9 +86,14 @@ def listed(nbest) -> list[list[dict]]:
     return [[{"text": t.text, "score": round(t.score, 6)} for t in n] for n in nbest]
 
 
-def test_health_and_the_model_summary(server: Server) -> None:
+@pytest.mark.slow
+def test_health_and_the_model_summary(server: Server, checkpoint: Path) -> None:
     assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "backend": "seq2seq"}
-    summary = httpx.get(f"{server.url}/model").json()
+    answer = httpx.get(f"{server.url}/model")
+    summary = answer.json()
+    # the checkpoint by name: the server's directories are not shown to clients
+    assert checkpoint.is_absolute() and summary["checkpoints"] == [checkpoint.name]
+    assert str(checkpoint.parent) not in answer.text
     assert summary["attention"] is True
     assert summary["model"]["attention"]["cross"]["query"] == "target"
     assert summary["decoding"]["beam_size"] == 5
@@ -98,6 +103,7 @@ def test_health_and_the_model_summary(server: Server) -> None:
     assert "/static/page.js" in page and "http" not in page.replace("http-equiv", "")
 
 
+@pytest.mark.slow
 def test_translations_equal_the_translators(server: Server, checkpoint: Path) -> None:
     expected = translator(checkpoint, nbest=3).translate_nbest(SENTENCES)
     answer = server.post({"sentences": SENTENCES, "decoding": {"nbest": 3}}).json()
@@ -105,6 +111,7 @@ def test_translations_equal_the_translators(server: Server, checkpoint: Path) ->
     assert answer["decoding"]["nbest"] == 3 and answer["decoding"]["beam_size"] == 5
 
 
+@pytest.mark.slow
 def test_samples_prefixes_and_constraints_as_the_translator_gives_them(
     server: Server, checkpoint: Path
 ) -> None:
@@ -128,6 +135,7 @@ def test_samples_prefixes_and_constraints_as_the_translator_gives_them(
     assert server.post(body).json()["translations"] == listed(expected)
 
 
+@pytest.mark.slow
 def test_attention_equals_a_teacher_forced_pass_over_the_output(
     server: Server, checkpoint: Path
 ) -> None:
@@ -146,6 +154,7 @@ def test_attention_equals_a_teacher_forced_pass_over_the_output(
     assert answer["attention"][0] is None and answer["attention"][1]["maps"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -207,6 +216,7 @@ def test_bad_requests_get_a_4xx_naming_what_to_fix(
     assert server.post({"sentences": ["a dog"]}).status_code == 200  # still serving
 
 
+@pytest.mark.slow
 def test_a_bad_request_batched_with_good_ones_fails_alone(server: Server) -> None:
     """Sampled requests, one with constraints (which sampling refuses), sent at once: the
     batch they share is decoded again request by request, and only that one fails."""
@@ -226,6 +236,7 @@ def test_a_bad_request_batched_with_good_ones_fails_alone(server: Server) -> Non
     assert [a.status_code for a in answers] == [200, 200, 200, 422, 200, 200]
 
 
+@pytest.mark.slow
 def test_concurrent_clients_each_get_their_own_answers(server: Server, checkpoint: Path) -> None:
     """8 clients x 50 requests of 1-3 sentences, with beam 5 or greedy: every answer is the
     Translator's for its own sentences; none is lost. Throughput is printed, not asserted."""
@@ -265,6 +276,7 @@ def test_concurrent_clients_each_get_their_own_answers(server: Server, checkpoin
     print(f"400 requests from 8 clients in {seconds:.1f} s")
 
 
+@pytest.mark.slow
 def test_start_up_errors_and_sigterm(checkpoint: Path, tmp_path: Path) -> None:
     """A checkpoint that cannot be loaded stops start-up with translate's message; SIGTERM
     stops a running server once the request in flight is answered."""
@@ -335,6 +347,7 @@ def test_the_batcher_groups_waiting_jobs_by_key_and_fails_only_the_failing_job()
     ]
 
 
+@pytest.mark.slow
 def test_an_export_directory_translates_and_refuses_what_ctranslate2_cannot(
     checkpoint: Path, tmp_path: Path
 ) -> None:

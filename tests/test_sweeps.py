@@ -38,8 +38,9 @@ from seq2seq.concurrency import (
     thread_budget,
     usable_cpus,
 )
-from seq2seq.config import config_to_dict, load_config
-from seq2seq.errors import ConfigError
+from seq2seq.config import config_to_dict
+from seq2seq.errors import ConfigError, install_hint
+from seq2seq.upgrade import load_config
 
 LAUNCHERS = {
     "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
@@ -78,8 +79,9 @@ def test_a_launcher_whose_plugin_is_missing_names_its_extra(
     assert stop.value.code == 1
     assert capsys.readouterr().err == (
         "error: hydra/launcher=joblib needs the hydra-joblib-launcher plugin, an optional extra: "
-        'pip install "seq2seq[sweep]" (from a checkout: pip install -e ".[sweep]")\n'
+        f"{install_hint('sweep')}\n"
     )
+    assert 'pip install "hydra-joblib-launcher' in install_hint("sweep")
 
 
 def test_a_config_from_before_threads_still_loads() -> None:
@@ -219,6 +221,7 @@ def sweep_of_few_pairs(shared_data: Path, directory: Path) -> list[str]:
     return ["-m", "seq2seq.train", "-m", *few_pairs_overrides(directory, directory / "cache")]
 
 
+@pytest.mark.slow
 def test_a_failed_run_of_a_sweep_does_not_stop_the_others(
     shared_data: Path, tmp_path: Path
 ) -> None:
@@ -269,6 +272,7 @@ def test_a_failed_runs_model_is_freed_before_the_workers_next_run() -> None:
         gc.enable()
 
 
+@pytest.mark.slow
 def test_a_joblib_sweeps_runs_start_loader_workers(shared_data: Path, tmp_path: Path) -> None:
     """Inside a joblib worker multiprocessing defaults to loky's processes, which a DataLoader
     could not start: every run with data.num_workers > 0 failed."""
@@ -290,6 +294,7 @@ def test_a_joblib_sweeps_runs_start_loader_workers(shared_data: Path, tmp_path: 
         assert json.loads(summary.read_text())["steps"] > 0
 
 
+@pytest.mark.slow
 def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
     shared_data: Path, tmp_path: Path
 ) -> None:
@@ -314,6 +319,7 @@ def test_a_submitit_sweep_runs_and_its_rerun_skips_the_finished_run(
     assert summary.read_bytes() == written
 
 
+@pytest.mark.slow
 def test_data_parallel_training_inside_a_joblib_sweep_is_refused(tmp_path: Path) -> None:
     command = [
         "-m",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import compose_config, config_of, toy_corpus, toy_overrides, write_lines
 
-from seq2seq.config import TokenizerConfig
+from seq2seq.data.config import TokenizerConfig
 from seq2seq.data.corpus import normalize, read_lines
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import UNK_ID, sample_sentences, train_sentencepiece

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from helpers import config_of, configured_model, wired_model
 
-from seq2seq.config import DecodingConfig, TokenizerConfig
+from seq2seq.data.config import TokenizerConfig
 from seq2seq.data.tokenizer import Tokenizer, train_sentencepiece
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import Transformer

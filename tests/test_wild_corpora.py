@@ -15,10 +15,11 @@ import pytest
 from helpers import compose_config, run, toy_corpus, toy_overrides
 from omegaconf import OmegaConf
 
-from seq2seq.config import config_to_dict, upgrade_config, validate_config
+from seq2seq.config import config_to_dict, validate_config
 from seq2seq.data.corpus import LINE_END, line_blocks, split_block
 from seq2seq.data.datamodule import PreparedData, prepare
 from seq2seq.errors import DataError
+from seq2seq.upgrade import upgrade_config
 
 SOURCES, TARGETS = toy_corpus()
 SPLITS = {"train": (0, 240), "val": (240, 270), "test": (270, 300)}

@@ -42,11 +42,12 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from seq2seq.analysis.significance import SAMPLES, Comparison, paired_bootstrap  # noqa: E402
 from seq2seq.concurrency import FAILED_FILE  # noqa: E402
-from seq2seq.config import upgrade_config, validate_config  # noqa: E402
+from seq2seq.config import validate_config  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.errors import DataError, Seq2SeqError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
 from seq2seq.model.config import ModelConfig  # noqa: E402
+from seq2seq.upgrade import upgrade_config  # noqa: E402
 
 SIGNIFICANCE = 0.05
 

@@ -22,10 +22,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from seq2seq.config import DecodingConfig  # noqa: E402
 from seq2seq.data.corpus import normalize  # noqa: E402
 from seq2seq.data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.decoding.backend import source_batch  # noqa: E402
+from seq2seq.decoding.config import DecodingConfig  # noqa: E402
 from seq2seq.decoding.torch_backend import TorchBackend  # noqa: E402
 from seq2seq.errors import ConfigError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402

@@ -18,8 +18,9 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from seq2seq.config import DataConfig
+from seq2seq.data.config import DataConfig
 from seq2seq.data.download import fetch_missing, verify_file
 from seq2seq.errors import DataError
 
@@ -109,6 +110,8 @@ FOREIGN_BOMS = (
     (codecs.BOM_UTF16_LE, "UTF-16"),
     (codecs.BOM_UTF16_BE, "UTF-16"),
 )
+LONGEST_BOM = max(len(bom) for bom, _ in FOREIGN_BOMS)
+STDIN = "standard input"  # how errors name it
 
 
 def line_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -136,18 +139,26 @@ def split_block(text: str) -> list[str]:
     return lines
 
 
-def check_encoding(path: Path, head: bytes) -> None:
-    """UTF-16 and UTF-32 files (by their byte-order mark) are named, with the conversion."""
+def conversion(path: Path | None, encoding: str) -> str:
+    """The command that converts `path` (standard input: None) from `encoding` to UTF-8."""
+    command = f"iconv -f {encoding} -t UTF-8"
+    return f"pipe it through {command}" if path is None else f"{command} {path.name}"
+
+
+def check_encoding(path: Path | None, head: bytes) -> None:
+    """UTF-16 and UTF-32 text (by its byte-order mark) is named, with the conversion."""
     for bom, encoding in FOREIGN_BOMS:
         if head.startswith(bom):
+            how = conversion(path, encoding)
+            if path is not None:
+                how += f" > {path.stem}.utf8{path.suffix}"
             raise DataError(
-                f"{path} is {encoding} text (it starts with a {encoding} byte-order mark); "
-                f"convert it to UTF-8, e.g. iconv -f {encoding} -t UTF-8 {path.name} > "
-                f"{path.stem}.utf8{path.suffix}"
+                f"{path or STDIN} is {encoding} text (it starts with a {encoding} byte-order "
+                f"mark); convert it to UTF-8, e.g. {how}"
             )
 
 
-def decode_block(path: Path, first_line: int, block: bytes) -> str:
+def decode_block(path: Path | None, first_line: int, block: bytes) -> str:
     """A block as text; bad bytes and NULs are named by line (counted from `first_line`) and
     column."""
     try:
@@ -156,15 +167,15 @@ def decode_block(path: Path, first_line: int, block: bytes) -> str:
         before = block[: e.start].decode("utf-8")
         number, column = where(before, first_line)
         raise DataError(
-            f"{path}, line {number}: not valid UTF-8 (byte {block[e.start]:#04x} at column "
-            f"{column}). Convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name}"
+            f"{path or STDIN}, line {number}: not valid UTF-8 (byte {block[e.start]:#04x} at "
+            f"column {column}). Convert it to UTF-8, e.g. {conversion(path, 'latin1')}"
         ) from None
     if "\0" in text:
         number, column = where(text[: text.index("\0")], first_line)
         raise DataError(
-            f"{path}, line {number}: a NUL byte at column {column}: not a text file, or UTF-16 "
-            f"without a byte-order mark; convert it to UTF-8 text, e.g. iconv -f UTF-16LE -t "
-            f"UTF-8 {path.name}"
+            f"{path or STDIN}, line {number}: a NUL byte at column {column}: not a text file, or "
+            f"UTF-16 without a byte-order mark; convert it to UTF-8 text, e.g. "
+            f"{conversion(path, 'UTF-16LE')}"
         )
     return text
 
@@ -175,22 +186,31 @@ def where(before: str, first_line: int) -> tuple[int, int]:
     return first_line + len(lines) - 1, len(lines[-1].encode("utf-8")) + 1
 
 
+def stream_lines(stream: BinaryIO, path: Path | None) -> Iterator[str]:
+    """Yield the lines of a binary stream (`path`'s, or standard input's: None) as they arrive,
+    without their line ends (line ends and byte-order marks: module docstring). Reads what is
+    there rather than waiting for a full chunk, so a pipe's lines are not held back."""
+    chunks = iter(lambda: stream.read1(CHUNK_BYTES), b"")
+    head = b""
+    while len(head) < LONGEST_BOM and (chunk := next(chunks, b"")):
+        head += chunk
+    check_encoding(path, head)
+    number = 1  # of the next line
+    for block in line_blocks(itertools.chain([head.removeprefix(codecs.BOM_UTF8)], chunks)):
+        lines = split_block(decode_block(path, number, block))
+        number += len(lines)
+        yield from lines
+
+
 def iter_lines(path: Path) -> Iterator[str]:
     """Yield one sentence per line, exactly as stored (no normalisation), plain or gzip,
     without holding the file in memory (line ends and byte-order marks: module docstring)."""
     content = False
-    number = 1  # of the next line
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            head = f.read(CHUNK_BYTES)
-            check_encoding(path, head)
-            rest = iter(lambda: f.read(CHUNK_BYTES), b"")
-            chunks = itertools.chain([head.removeprefix(codecs.BOM_UTF8)], rest)
-            for block in line_blocks(chunks):
-                lines = split_block(decode_block(path, number, block))
-                content = content or any(line.strip() for line in lines)
-                number += len(lines)
-                yield from lines
+            for line in stream_lines(f, path):
+                content = content or bool(line.strip())
+                yield line
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     if not content:

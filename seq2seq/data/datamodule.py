@@ -13,9 +13,10 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.concurrency import thread_budget, usable_cpus, worker_start_method
-from seq2seq.config import DataConfig, RootConfig
+from seq2seq.config import RootConfig
 from seq2seq.data.batching import ResumableLoader, TokenBudgetBatchSampler, collate
 from seq2seq.data.bidirectional import BidirectionalSplit
+from seq2seq.data.config import DataConfig
 from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,

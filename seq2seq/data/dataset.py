@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from seq2seq.concurrency import build_lock
-from seq2seq.config import FilterConfig
+from seq2seq.data.config import FilterConfig
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.io import atomic_dir

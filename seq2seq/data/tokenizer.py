@@ -16,7 +16,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.concurrency import build_lock
-from seq2seq.config import TokenizerConfig
+from seq2seq.data.config import TokenizerConfig
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_dir
 

@@ -12,9 +12,10 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 
-from seq2seq.config import DecodingConfig, RootConfig
+from seq2seq.config import RootConfig
 from seq2seq.data.batching import collate
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.search import Hypothesis, max_output_len
 
 

@@ -1,7 +1,7 @@
 """Reading a checkpoint for inference (training writes them: seq2seq.training.checkpoint).
 
 Checkpoints of earlier versions are read too: `upgrade_state_dict` renames their parameters and
-`seq2seq.config.upgrade_config` fills the config keys added since.
+`seq2seq.upgrade.upgrade_config` fills the config keys added since.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import RootConfig, load_config
+from seq2seq.config import RootConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import CheckpointError
 from seq2seq.model.transformer import Transformer
+from seq2seq.upgrade import load_config
 
 # (pattern, replacement) for parameter names of earlier versions, applied in order
 _RENAMES = [

@@ -36,15 +36,17 @@ import sentencepiece as spm
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import DecodingConfig, RootConfig, load_config
+from seq2seq.config import RootConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Request, output_limits, source_batch
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.search import Hypothesis
-from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError, require
+from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError, install_hint, require
 from seq2seq.io import atomic_dir
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.config import ModelConfig, Norm, Score, Stream
 from seq2seq.model.transformer import DecoderLayer, Embedding, EncoderLayer, Transformer
+from seq2seq.upgrade import load_config
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ def import_ctranslate2(error: type[Seq2SeqError], what: str) -> ModuleType:
     try:
         return importlib.import_module("ctranslate2")
     except ImportError:
-        raise error(f"{what} needs the ctranslate2 package: pip install -e '.[deploy]'") from None
+        raise error(f"{what} needs the ctranslate2 package: {install_hint('deploy')}") from None
 
 
 # (query, key_value) of each site in the one wiring CTranslate2 has

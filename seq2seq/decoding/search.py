@@ -285,8 +285,8 @@ def beam_search(
 def after_prefix(
     top_score: Tensor, token: Tensor, eos_id: int, first_free: Tensor, k: int
 ) -> Tensor:
-    """CTranslate2's rule for the first step after a target prefix (its issue #277: short
-    outputs that win without a length penalty), on the (n, 2K) candidates of rows where
+    """CTranslate2's rule for the first step after a target prefix (it keeps a short output
+    from winning when there is no length penalty), on the (n, 2K) candidates of rows where
     `first_free` (n,): an EOS ends a hypothesis only as the best candidate; one below it
     leaves its beam empty for the step, and an ending best one is replaced by the (K+1)-th
     candidate only (empty too if that is an EOS). Those left out get -inf."""

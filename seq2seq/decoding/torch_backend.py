@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.config import DecodingConfig, RootConfig
+from seq2seq.config import RootConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Request, output_limits, source_batch
 from seq2seq.decoding.checkpoint import load_trained
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.constraints import constrained_beam_search
 from seq2seq.decoding.ensemble import Ensemble
 from seq2seq.decoding.sampling import sample_search

@@ -12,10 +12,11 @@ from typing import NamedTuple
 
 import torch
 
-from seq2seq.config import DecodingConfig, RootConfig, group_config
+from seq2seq.config import RootConfig, group_config
 from seq2seq.data.corpus import normalize
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Backend, Request
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import ConfigError, DataError

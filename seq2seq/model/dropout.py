@@ -1,7 +1,7 @@
 """Dropout whose masks cost a quarter of torch's on a CPU.
 
 torch's CPU dropout draws one random number per element (`bernoulli_`): at the 4,096-token
-batches of the d_model 128 model (experiment=multi30k_cpu_1h_wu2021) that was 23% of a bf16
+batches of the d_model 128 model (experiment=multi30k_cpu_1h_wu2021) that was 20.8% of a bf16
 training step (torch.profiler, docs/performance.md). Here one 64-bit draw gives four 16-bit
 lanes, each kept when it is at least round(p * 2**16) above the lowest: the drop probability
 is p to within 2**-17. The masks still come from torch's generator, so the per-step seeding of

@@ -400,7 +400,7 @@ class Transformer(nn.Module):
         r_drop: float | None = None,
     ) -> Tensor:
         """Summed label-smoothed cross-entropy of the next tokens tgt_out (B, T), padding
-        ignored. The output projection is fused into the loss (seq2seq/loss.py): the (B, T, V)
+        ignored. The output projection is fused into the loss (seq2seq/model/loss.py): the (B, T, V)
         logits never exist whole. `static_shapes` scores every position, padding weighted 0,
         rather than selecting the scored ones: no shape depends on the data (a CUDA graph
         needs that), for the cost of the padding's rows. With `r_drop` (alpha) the batch runs

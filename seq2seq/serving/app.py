@@ -21,13 +21,14 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from seq2seq.analysis.attention import Attention, attention_of
-from seq2seq.config import DecodingConfig, ServeConfig
 from seq2seq.decoding.backend import Backend
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.decoding.translator import DecodedTranslation, Translation, Translator
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model.transformer import Transformer
 from seq2seq.serving.batching import Batcher, Job
+from seq2seq.serving.config import ServeConfig
 from seq2seq.serving.schema import TranslateRequest, validation_message
 
 log = logging.getLogger(__name__)
@@ -136,11 +137,13 @@ class TranslationService:
 
 
 def model_summary(backend: Backend, config: ServeConfig, attention: bool) -> dict[str, Any]:
-    """What the page shows beside the maps: the model, its wiring, the server's decoding."""
+    """What the page shows beside the maps: the model, its wiring, the server's decoding. The
+    checkpoints by name (`best.ckpt`, an export directory's name): their paths on the server's
+    disk are not the clients' business."""
     training = backend.training_config
     return {
         "backend": backend.name,
-        "checkpoints": [config.ckpt_path, *config.checkpoints],
+        "checkpoints": [Path(path).name for path in (config.ckpt_path, *config.checkpoints)],
         "attention": attention,
         "model": dataclasses.asdict(training.model) if training else None,
         "decoding": dataclasses.asdict(config.decoding),

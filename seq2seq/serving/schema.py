@@ -9,8 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.config import DecodingConfig, ServeLimits
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.errors import ConfigError
+from seq2seq.serving.config import ServeLimits
 
 
 class DecodingOptions(BaseModel):

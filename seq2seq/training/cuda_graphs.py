@@ -1,7 +1,7 @@
 """The training step's forward and backward as CUDA graphs, one graph per batch shape.
 
 On a GPU our update is bound by the host, not the device: about 1,300 kernel launches and
-7,700 operator calls for 7 ms of kernels (docs/performance.md, "GPU: where the update goes").
+7,700 operator calls for 7 ms of kernels (docs/performance.md, "The host-bound update").
 A graph replays all of a forward's or a backward's kernels in one launch. It needs fixed shapes
 and addresses, so one is captured (torch.cuda.make_graphed_callables) the first time a (batch,
 source length, target length) shape is trained, and replayed for every later batch of that

@@ -2,7 +2,7 @@
 
 Every candidate is scored as the test sets will be: the run's decoding settings (beam search)
 on the validation split, in fp32, by the same Translator that `evaluate` uses. In-training
-validation (greedy, training precision) cannot decide between them: in issue 27's run
+validation (greedy, training precision) cannot decide between them: in one Multi30k run
 best.ckpt led the average by 0.16 greedy validation BLEU and trailed it by 1.18 test BLEU.
 Differences that small are noise on a 1,014-sentence set, so the preferred candidate
 (`prefer_checkpoint`) is kept unless another one scores higher and sacreBLEU's paired bootstrap
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from seq2seq.analysis.significance import paired_bootstrap
-from seq2seq.config import DecodingConfig
 from seq2seq.decoding.checkpoint import TrainedModel, load_trained
+from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.metrics import bleu
 

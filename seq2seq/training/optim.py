@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import OptimConfig
+from seq2seq.training.config import OptimConfig
 
 
 def decayed_parameters(model: nn.Module) -> list[nn.Parameter]:

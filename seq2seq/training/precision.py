@@ -2,12 +2,11 @@
 
 Decided from torch's capability checks, never from a CPU's model name:
 - a CUDA GPU with bf16 (`torch.cuda.is_bf16_supported()`): bf16-mixed;
-- a CPU with AMX tiles: bf16-mixed (the issue-14 Xeon: bf16 matmuls 9x fp32);
+- a CPU with AMX tiles: bf16-mixed (bf16 matmuls measured 9x fp32 on a Xeon with AMX);
 - a CPU with avx512_bf16 and no AMX: bf16-mixed, because it measured faster there: our
-  training step 2.5x fp32, a real `seq2seq.train` run 1.9-2.0x (AMD EPYC; bf16 units:
-  avx512_bf16; docs/performance.md, "bf16 on a CPU with avx512_bf16 (no AMX)");
-- anything else: 32-true (bf16 is 33x slower than fp32 on a CPU without bf16 units:
-  AMD EPYC; bf16 units: none, AVX2 only).
+  training step 2.5x fp32, a real `seq2seq.train` run 1.9-2.0x (docs/performance.md,
+  "Precision: bf16 or fp32");
+- anything else: 32-true (bf16 measured 33x slower than fp32 on an AVX2-only CPU).
 An explicit value (`trainer.precision=32-true`, `bf16-mixed`, ...) is passed on unchanged.
 """
 

@@ -30,7 +30,7 @@ from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
-from seq2seq.errors import CheckpointError, ConfigError, TrainingError
+from seq2seq.errors import CheckpointError, ConfigError, TrainingError, install_hint
 from seq2seq.io import atomic_path
 from seq2seq.training.callbacks import (
     FlushMetricsWithCheckpoints,
@@ -144,7 +144,7 @@ def build_logger(config: RootConfig, run_dir: Path) -> Logger | None:
         except ImportError:
             raise ConfigError(
                 f"config key 'logger': {target} needs the {extra} package, an optional extra: "
-                f'pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=none)'
+                f"{install_hint(extra)}; or choose logger=tensorboard or logger=none"
             ) from None
     try:
         return instantiate(config.logger, save_dir=str(run_dir))
@@ -176,10 +176,11 @@ def build_trainer(
         enable_version_counter=False,
         save_on_train_epoch_end=True,
     )
+    patience = config.early_stopping_patience  # None: off
     callbacks: list[pl.Callback] = [
         best,
         last,
-        EarlyStopping(monitor="val/bleu", mode="max", patience=config.early_stopping_patience),
+        *([EarlyStopping(monitor="val/bleu", mode="max", patience=patience)] if patience else []),
         LearningRateMonitor(logging_interval="step"),
         LearningCurve(run_dir),
         FlushMetricsWithCheckpoints(),
@@ -216,7 +217,10 @@ def build_trainer(
     if logger is not None:
         loggers.append(logger)
     trainer = pl.Trainer(
-        **{**trainer_arguments(config), "precision": precision},
+        # Lightning's model summary would repeat the parameter count logged at the start and
+        # print "Total FLOPs: 0" (it counts FLOPs only of a module with an example input);
+        # +trainer.enable_model_summary=true shows it all the same
+        **{"enable_model_summary": False, **trainer_arguments(config), "precision": precision},
         callbacks=callbacks,
         logger=loggers,
         default_root_dir=run_dir,
