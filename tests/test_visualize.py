@@ -28,6 +28,7 @@ def translator(model: Transformer) -> tuple[TorchBackend, DecodingConfig]:
     return backend, config_of("decoding/greedy", DecodingConfig)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cross", [("target", "source"), ("source", "target"), ("source", "source")]
 )
