@@ -113,6 +113,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow  # starts a process that holds the directory
 def test_a_live_runs_directory_is_refused_and_a_killed_ones_taken_again(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
@@ -129,6 +130,7 @@ def test_a_live_runs_directory_is_refused_and_a_killed_ones_taken_again(tmp_path
     directory.release()
 
 
+@pytest.mark.slow  # starts a process that holds the directory
 def test_train_refuses_a_run_directory_in_use(tmp_path: Path) -> None:
     held = RunDirectory(tmp_path / "run")
     held.hold()
