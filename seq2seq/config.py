@@ -77,6 +77,7 @@ class RootConfig:
     on_nonfinite: str  # a step whose loss or gradients are NaN/inf: skip | stop
     logger: dict[str, Any] | None  # a Lightning logger (_target_ + arguments) besides metrics.csv
     threads: int | None  # torch threads and encoding processes of one run (None: the launcher's)
+    derive_from_corpus: bool  # settings derived from the training split (seq2seq.training.recipe)
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):

@@ -3,23 +3,86 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 from rich.console import Console
 from rich.table import Table
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
 from seq2seq.data.datamodule import PreparedData, TranslationDataModule
+from seq2seq.decoding.search import output_len_limit
+from seq2seq.training.recipe import derive
+
+
+def share(count: int, total: int) -> str:
+    """A count with its percentage of `total` ("12 (0.4%)"), or "0"."""
+    return f"{count} ({100 * count / total:.1f}%)" if count else "0"
+
+
+def length_limits(config: RootConfig, positions: int) -> str:
+    """The caption under the summary: each length limit, its setting and how to raise it."""
+    decoding, max_len = config.decoding, config.model.max_len
+    return "\n".join(
+        [
+            f"too long: training pairs with a side over data.filter.max_len="
+            f"{config.data.filter.max_len} tokens, removed; raise data.filter.max_len to keep "
+            "them.",
+            f"truncated: evaluation pairs with a side over the model's {positions} positions "
+            f"(model.max_len={max_len}, less BOS/EOS), cut to fit; raise model.max_len.",
+            f"ref > out: evaluation references longer than decoding lets an output grow, "
+            f"min({decoding.max_len_a:g} x source tokens + {decoding.max_len_b}, {positions}); "
+            "no translation of them is whole. Raise decoding.max_len_a or decoding.max_len_b "
+            "(and model.max_len).",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class LengthCuts:
+    """The pairs of an evaluation split that the model's length limits cut, each counted
+    wherever it falls: `truncated`, a side longer than the model's positions (served cut to
+    them); `beyond_output`, a reference longer than decoding lets an output grow (no
+    translation of it can be whole)."""
+
+    truncated: int
+    beyond_output: int
+
+
+def length_cuts(module: TranslationDataModule, split: str) -> LengthCuts:
+    """What model.max_len and decoding's output limit (decoding.max_len_a * source tokens
+    + decoding.max_len_b, within the model's positions) cut of an evaluation split."""
+    src_lens, tgt_lens = module.encoded_lengths(split)
+    positions, config = module.model_positions(), module.config
+    served = torch.from_numpy(np.minimum(src_lens, positions))  # the source decoded
+    limit = output_len_limit(
+        served, config.decoding.max_len_a, config.decoding.max_len_b, config.model.max_len
+    )
+    return LengthCuts(
+        truncated=int(((src_lens > positions) | (tgt_lens > positions)).sum()),
+        beyond_output=int((torch.from_numpy(tgt_lens) > limit).sum()),
+    )
 
 
 def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataModule) -> Table:
+    """Per split: pairs, what the filters removed, what the length limits cut, token lengths
+    (as encoded, before any truncation) and the batches of an epoch."""
     tok = prepared.tokenizer
     vocab = (
         f"{tok.src_vocab_size} joint"
         if tok.joint
         else f"{tok.src_vocab_size} src / {tok.tgt_vocab_size} tgt"
     )
+    caption = length_limits(config, module.model_positions())
+    sample = module.validation_sample()
+    if sample is not None:
+        caption += (
+            f"\n{config.data.val_split}: validation in training decodes a seeded random sample "
+            f"of {len(sample)} of its pairs (data.val_subset); the final checkpoint is chosen on "
+            "all of them."
+        )
     table = Table(
         title=f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}: "
         f"vocabulary {vocab} ({config.tokenizer.model_type}), "
@@ -28,7 +91,9 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
             f", training lengths padded to multiples of {config.data.pad_to_multiple}"
             if config.data.pad_to_multiple > 1
             else ""
-        )
+        ),
+        caption=caption,
+        caption_justify="left",
     )
     for column in (
         "split",
@@ -37,27 +102,40 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         "empty",
         "too long",
         "bad ratio",
+        "truncated",
+        "ref > out",
         "src tokens mean/max",
         "tgt tokens mean/max",
         "batches",
         "shapes",
         "padding",
     ):
-        table.add_column(column, justify="left" if column == "split" else "right")
+        # at a narrow width only the lengths' headers wrap: counts and names stay whole
+        table.add_column(
+            column,
+            justify="left" if column == "split" else "right",
+            no_wrap="tokens" not in column,
+        )
     for name, split in prepared.splits.items():
-        sampler = module.batch_sampler(name, shuffle=name == config.data.train_split)
+        training = name == config.data.train_split
+        sampler = module.batch_sampler(name, shuffle=training)
         # training: an epoch after the bidirectional ones (evaluation batches have no epoch)
         sampler.set_epoch(config.data.bidirectional_epochs)
         c = split.counts
+        # training pairs are filtered to data.filter.max_len, not truncated
+        cuts = None if training else length_cuts(module, name)
+        src_lens, tgt_lens = module.encoded_lengths(name)
         table.add_row(
             name,
             str(c.total),
             str(c.kept),
             str(c.empty),
-            str(c.too_long),
+            share(c.too_long, c.total),
             str(c.bad_ratio),
-            f"{np.mean(split.src_lens):.1f} / {split.src_lens.max()}",
-            f"{np.mean(split.tgt_lens):.1f} / {split.tgt_lens.max()}",
+            "-" if cuts is None else share(cuts.truncated, len(split)),
+            "-" if cuts is None else share(cuts.beyond_output, len(split)),
+            f"{np.mean(src_lens):.1f}/{src_lens.max()}",
+            f"{np.mean(tgt_lens):.1f}/{tgt_lens.max()}",
             str(len(sampler)),
             str(sampler.shapes()),
             f"{100 * sampler.padding_fraction():.1f}%",
@@ -68,6 +146,7 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
 @entrypoint(config_name="train")
 def main(config: RootConfig) -> None:
     start = time.perf_counter()
+    config = derive(config)  # derive_from_corpus: settings from the training split's counts
     module = TranslationDataModule(config)
     module.setup()
     prepared = module.prepared

@@ -71,8 +71,10 @@ def main(config: RootConfig) -> None:
 
 def train_and_evaluate(config: RootConfig, run_dir: Path) -> None:
     from seq2seq.evaluate import evaluate_checkpoint  # torch: after the restart, as in main
+    from seq2seq.training.recipe import derive
     from seq2seq.training.run import train
 
+    config = derive(config)  # derive_from_corpus: settings from the training split's counts
     allocator = allocator_in_use()
     log.info("memory allocator: %s", allocator_description(allocator, os.environ, find_tcmalloc()))
     summary = train(config, run_dir)

@@ -49,6 +49,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "threads": None,
         "cuda_graphs": 0,
         "prefer_checkpoint": "averaged",
+        "derive_from_corpus": False,
         **saved,
     }
     upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
@@ -59,6 +60,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "bpe_dropout": 0.0,
         "pad_to_multiple": 1,
         "bidirectional_epochs": 0,
+        "val_subset": 0,
         **saved["data"],
     }
     upgraded["optim"] = {

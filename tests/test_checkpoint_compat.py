@@ -146,7 +146,9 @@ def old_config() -> dict:
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["data"]["pad_to_multiple"], config["data"]["bidirectional_epochs"]
+    del config["data"]["val_subset"]
     del config["threads"], config["cuda_graphs"], config["prefer_checkpoint"]
+    del config["derive_from_corpus"]
     del config["optim"]["decay"], config["optim"]["r_drop"], config["optim"]["ema_decay"]
     return config
 
@@ -215,7 +217,9 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.data.bpe_dropout == 0.0  # likewise
     assert trained.config.data.pad_to_multiple == 1  # likewise: batches padded to their longest
     assert trained.config.data.bidirectional_epochs == 0  # likewise: the pairs as given
+    assert trained.config.data.val_subset == 0  # likewise: validated on the whole split
     assert trained.config.cuda_graphs == 0  # likewise: trained eagerly
+    assert trained.config.derive_from_corpus is False  # likewise: settings as configured
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     assert trained.config.optim.r_drop == 0.0  # one pass per batch, as then

@@ -85,7 +85,11 @@ def test_defaults_are_multi30k_en_de() -> None:
     )
     assert config.data.splits["train"].src == "train.en.gz"
     assert config.data.splits["test_2016_flickr"].tgt == "test_2016_flickr.de.gz"
-    assert len(config.data.download.sha256) == 9
+    languages = config.data.languages
+    assert languages == ["en", "de", "fr", "cs"]
+    assert set(config.data.download.sha256) == {
+        f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in languages
+    }
     assert config.ckpt_path is None  # optional for train (it resumes from it); evaluate requires it
 
 

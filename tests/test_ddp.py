@@ -104,7 +104,7 @@ def test_two_processes_on_cpu_share_each_epoch(toy_files: Path, tmp_path: Path) 
 
     # validation: each process decoded its share of the batches, and both scored all 30
     logs = [tmp_path / "run" / "train.log", tmp_path / "run" / "train_ddp_process_1.log"]
-    pattern = r"validation BLEU \(greedy\) ([\d.]+) on (\d+) sentences \((\d+) decoded"
+    pattern = r"validation BLEU \(greedy\) ([\d.]+) on (\d+) of 30 sentences \((\d+) decoded"
     ranks = [re.findall(pattern, log.read_text()) for log in logs]
     assert len(ranks[0]) == len(ranks[1]) == 2, ranks
     for first, second in zip(*ranks, strict=True):

@@ -70,6 +70,7 @@ class DataConfig:
     splits: dict[str, SplitFiles]
     train_split: str
     val_split: str
+    val_subset: int  # validation in training decodes a seeded sample of this many; 0: all
     test_sets: list[str]
     download: DownloadConfig | None
     verify_checksums: bool
@@ -118,6 +119,11 @@ class DataConfig:
             self.min_train_pairs >= 1,
             "data.min_train_pairs",
             f"must be >= 1, got {self.min_train_pairs}",
+        )
+        require(
+            self.val_subset >= 0,
+            "data.val_subset",
+            f"must be >= 0 (0: the whole validation split), got {self.val_subset}",
         )
         require(self.max_tokens >= 1, "data.max_tokens", f"must be >= 1, got {self.max_tokens}")
         require(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
@@ -29,6 +30,7 @@ from seq2seq.data.corpus import (
 from seq2seq.data.dataset import EncodedSplit, FilterCounts, load_or_encode
 from seq2seq.data.subword_sampling import BPEDropoutSplit
 from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
+from seq2seq.data.validation_sample import SplitSample, sample_indices
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
 
@@ -88,6 +90,33 @@ def check_kept(split: SplitPaths, counts: FilterCounts, data: DataConfig, traini
     )
 
 
+def split_inputs(split: SplitPaths, digest: dict[Path, str]) -> dict[str, str]:
+    """What identifies a split's text in cache keys: its files' content and how it is read."""
+    return {
+        "src": digest[split.src],
+        "tgt": digest[split.tgt],
+        "normalization": NORMALIZATION_VERSION,
+        **({"format": "tsv"} if split.tsv else {}),
+    }
+
+
+def load_or_train_tokenizer(
+    config: RootConfig, train: SplitPaths, digest: dict[Path, str], cache_dir: Path
+) -> tuple[Tokenizer, bool]:
+    """The tokenizer of the training split for config.tokenizer, cached; also says if it
+    trained one."""
+
+    def training_text(sides: tuple[str, ...]) -> list[str]:
+        check_training_text(train)
+        lines = itertools.chain.from_iterable(side_lines(train, side) for side in sides)
+        cfg = config.tokenizer
+        return [normalize(x) for x in sample_sentences(lines, cfg.input_sentence_size, cfg.seed)]
+
+    return load_or_train(
+        cache_dir, config.tokenizer, split_inputs(train, digest), training_text, str(train)
+    )
+
+
 def prepare(config: RootConfig) -> PreparedData:
     """Make the data ready: fetch files, train or load the tokenizer, encode or load splits.
 
@@ -98,27 +127,8 @@ def prepare(config: RootConfig) -> PreparedData:
     names = list(dict.fromkeys([data.train_split, data.val_split, *data.test_sets]))
     files = {s.name: s for s in ensure_available(data, names)}
     digest = {p: sha256_file(p) for s in files.values() for p in s.files}
-
-    def inputs(split: SplitPaths) -> dict[str, str]:
-        return {
-            "src": digest[split.src],
-            "tgt": digest[split.tgt],
-            "normalization": NORMALIZATION_VERSION,
-            **({"format": "tsv"} if split.tsv else {}),
-        }
-
     built = []
-    train = files[data.train_split]
-
-    def training_text(sides: tuple[str, ...]) -> list[str]:
-        check_training_text(train)
-        lines = itertools.chain.from_iterable(side_lines(train, side) for side in sides)
-        cfg = config.tokenizer
-        return [normalize(x) for x in sample_sentences(lines, cfg.input_sentence_size, cfg.seed)]
-
-    tokenizer, trained = load_or_train(
-        cache_dir, config.tokenizer, inputs(train), training_text, str(train)
-    )
+    tokenizer, trained = load_or_train_tokenizer(config, files[data.train_split], digest, cache_dir)
     if trained:
         built.append("tokenizer")
     processes = min(data.encode_processes or usable_cpus(), thread_budget(config.threads))
@@ -128,7 +138,7 @@ def prepare(config: RootConfig) -> PreparedData:
         splits[name], encoded = load_or_encode(
             cache_dir,
             f"{data.name}-{name}-{data.src_lang}-{data.tgt_lang}",
-            inputs(split),
+            split_inputs(split, digest),
             tokenizer,
             limits,
             lambda split=split: iter_parallel(split),
@@ -180,7 +190,7 @@ class TranslationDataModule(pl.LightningDataModule):
         """Evaluation splits are not filtered: a pair longer than the model's positions is
         truncated with a warning, or stops the run (decoding.long_inputs=error)."""
         assert self.prepared is not None
-        limit = self.config.model.max_len - 1  # room for EOS (source) and BOS/EOS (target)
+        limit = self.model_positions()
         for name, split in self.prepared.splits.items():
             too_long = split.longer_than(limit)
             if split.max_len is not None or not len(too_long):
@@ -201,6 +211,18 @@ class TranslationDataModule(pl.LightningDataModule):
                 where,
             )
             split.truncate(limit)
+
+    def model_positions(self) -> int:
+        """Tokens a side of a pair may have: model.max_len, less one for EOS (source) or for
+        BOS/EOS (target)."""
+        return self.config.model.max_len - 1
+
+    def encoded_lengths(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target tokens of the split's pairs as encoded, before an evaluation
+        split is truncated to the model's positions."""
+        assert self.prepared is not None, "call setup() first"
+        encoded = self.prepared.splits[split]
+        return np.diff(encoded.src_offsets), np.diff(encoded.tgt_offsets)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -251,13 +273,43 @@ class TranslationDataModule(pl.LightningDataModule):
             )
         return self._bpe_dropout
 
-    def batch_sampler(self, split: str, shuffle: bool) -> TokenBudgetBatchSampler:
-        """The training and validation batches are shared among the trainer's processes."""
-        dataset = self.dataset(split, shuffle)
+    def validation_sample(self) -> SplitSample | None:
+        """The pairs of data.val_split that validation during training decodes: a seeded
+        random sample of data.val_subset (seq2seq/data/validation_sample.py), or None for all of
+        them. The final checkpoint is chosen on the same pairs."""
+        assert self.prepared is not None, "call setup() first"
+        name, count = self.config.data.val_split, self.config.data.val_subset
+        split = self.prepared.splits[name]
+        if count == 0:
+            return None
+        if count >= len(split):
+            log.info(
+                "data.val_subset=%d: '%s' has %d pairs; validation decodes all of them",
+                count,
+                name,
+                len(split),
+            )
+            return None
+        log.info(
+            "validation decodes a seeded random sample of %d of the %d pairs of '%s' "
+            "(data.val_subset)",
+            count,
+            len(split),
+            name,
+        )
+        return SplitSample(split, sample_indices(len(split), count))
+
+    def batch_sampler(
+        self, split: str, shuffle: bool, sample: SplitSample | None = None
+    ) -> TokenBudgetBatchSampler:
+        """The training and validation batches are shared among the trainer's processes.
+        `sample`: some pairs of the split, batched in place of all of them."""
+        dataset = self.dataset(split, shuffle) if sample is None else sample
+        lengths = self.prepared.splits[split] if sample is None else sample
         trainer = self.trainer
         sampler = TokenBudgetBatchSampler(
-            self.prepared.splits[split].src_lens,
-            self.prepared.splits[split].tgt_lens,
+            lengths.src_lens,
+            lengths.tgt_lens,
             self.config.data.max_tokens,
             shuffle=shuffle,
             seed=self.config.seed,
@@ -277,11 +329,11 @@ class TranslationDataModule(pl.LightningDataModule):
         of CUDA graphs; evaluation batches, which no graph runs, to their longest pair."""
         return self.config.data.pad_to_multiple if shuffle else 1
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool, sample: SplitSample | None = None) -> DataLoader:
         loader = ResumableLoader if shuffle else DataLoader
         return loader(
-            self.dataset(split, shuffle),
-            batch_sampler=self.batch_sampler(split, shuffle),
+            self.dataset(split, shuffle) if sample is None else sample,
+            batch_sampler=self.batch_sampler(split, shuffle, sample),
             collate_fn=partial(collate, pad_to_multiple=self.pad_to_multiple(shuffle)),
             num_workers=self.config.data.num_workers,
             persistent_workers=self.config.data.num_workers > 0,
@@ -295,4 +347,6 @@ class TranslationDataModule(pl.LightningDataModule):
         return self._loader(self.config.data.train_split, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.config.data.val_split, shuffle=False)
+        return self._loader(
+            self.config.data.val_split, shuffle=False, sample=self.validation_sample()
+        )

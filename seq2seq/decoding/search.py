@@ -43,9 +43,14 @@ class Hypothesis(NamedTuple):
 
 
 def max_output_len(src: Tensor, a: float, b: int, limit: int, pad_id: int) -> Tensor:
-    """Per-sentence budget of output tokens before EOS: a * source tokens + b, within the
-    model's `limit` positions. `src` (B, S) holds source ids with EOS, padded with `pad_id`."""
-    src_len = (src != pad_id).sum(dim=1) - 1  # without EOS
+    """Per-sentence budget of output tokens before EOS (output_len_limit) of a batch. `src`
+    (B, S) holds source ids with EOS, padded with `pad_id`."""
+    return output_len_limit((src != pad_id).sum(dim=1) - 1, a, b, limit)  # without EOS
+
+
+def output_len_limit(src_len: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """Output tokens before EOS allowed for sources of `src_len` tokens (without EOS): a *
+    source tokens + b, within the model's `limit` positions (less one for BOS)."""
     return (a * src_len + b).long().clamp(max=limit - 1)
 
 

@@ -157,9 +157,10 @@ class TranslationModule(pl.LightningModule):
         order = sorted(hypotheses)
         score = bleu([hypotheses[i] for i in order], [references[i] for i in order])
         log.info(
-            "validation BLEU (greedy) %.4f on %d sentences (%d decoded by this process)",
+            "validation BLEU (greedy) %.4f on %d of %d sentences (%d decoded by this process)",
             score,
             len(order),
+            len(references),
             decoded,
         )
         # every process scored the whole set alike; "max" keeps the synchronised value exact

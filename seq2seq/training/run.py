@@ -334,8 +334,13 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         config.prefer_checkpoint,
     )
     sources, references = data.raw_pairs(config.data.val_split)
+    sample = data.validation_sample()  # data.val_subset: the pairs validation decoded
+    if sample is not None:
+        sources, references = ([side[i] for i in sample.indices] for side in (sources, references))
+    choosing = time.perf_counter()  # after the training clock: not part of trainer.max_time
     final = choose_final(candidates, config.prefer_checkpoint, config.decoding, sources, references)
-    log.info("final checkpoint: %s (%s)", final.path, final.reason)
+    choice_seconds = time.perf_counter() - choosing
+    log.info("final checkpoint: %s (%s), chosen in %.0fs", final.path, final.reason, choice_seconds)
     metrics = trainer.callback_metrics
     return {
         "variant": config.model.attention.name,
@@ -349,5 +354,5 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
         "skipped_steps": len(module.skipped_steps()),
         "final_checkpoint": str(final.path),
-        "final_checkpoint_choice": final.summary(),
+        "final_checkpoint_choice": {**final.summary(), "seconds": round(choice_seconds, 1)},
     }

@@ -1,0 +1,203 @@
+"""One training run of a recipe on a named corpus, scored as docs/results.md#corpus_cpu_1h
+reports it: test BLEU with sacreBLEU's 13a and intl tokenizations and chrF, the settings the
+corpus-derived recipe chose, the updates the clock held, and the machine.
+
+    python scripts/corpus_recipe.py --corpus autshumato:en-nso --recipe corpus_cpu_1h \
+        --seed 1234 --json docs/bench/corpus_cpu_1h/autshumato-en-nso-1234.json
+    python scripts/corpus_recipe.py --corpus multi30k:en-de:5000 --recipe multi30k_cpu_1h_tuned
+
+Corpora: `multi30k:<src>-<tgt>` (test_2016_flickr), `multi30k:<src>-<tgt>:<pairs>` (a seeded
+sample of that many training pairs, written under --work; val and test whole) and
+`autshumato:en-nso` (../shared/data/autshumato_en_nso: dev and test). Extra Hydra overrides go
+after `--`. Run it alone on the machine: the clock decides how many updates a run gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import yaml
+from sacrebleu.metrics import BLEU, CHRF
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.io import atomic_path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SUBSET_SEED = 0  # the same sample of a corpus for every recipe and run
+DERIVED = [  # the keys the corpus-derived recipe sets (seq2seq/training/recipe.py)
+    "tokenizer.vocab_size",
+    "model.d_model",
+    "model.heads",
+    "model.encoder_layers",
+    "model.decoder_layers",
+    "model.ffn_dim",
+    "model.dropout",
+    "model.token_replacement",
+    "model.max_len",
+    "data.val_subset",
+    "data.filter.max_len",
+    "data.max_tokens",
+    "optim.warmup_steps",
+    "decoding.max_len_a",
+]
+
+
+def machine() -> dict[str, str]:
+    """The CPU as docs/results.md names it: model name, family and model, bf16 units."""
+    info: dict[str, str] = {"processor": platform.processor() or platform.machine()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    units = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return {
+        "cpu": fields.get("model name", ""),
+        "family": fields.get("cpu family", ""),
+        "model": fields.get("model", ""),
+        "bf16_units": ", ".join(units) or "none",
+        "cpus": str(os.cpu_count()),
+    }
+
+
+def subset(src: Path, tgt: Path, pairs: int, out: Path) -> tuple[Path, Path]:
+    """A seeded sample of `pairs` training pairs, in corpus order, as two plain files."""
+    sources, targets = read_lines(src), read_lines(tgt)
+    chosen = np.sort(np.random.default_rng(SUBSET_SEED).choice(len(sources), pairs, False))
+    out.mkdir(parents=True, exist_ok=True)
+    files = out / f"train.{pairs}.src", out / f"train.{pairs}.tgt"
+    for path, lines in zip(files, (sources, targets), strict=True):
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(lines[i] + "\n" for i in chosen), encoding="utf-8")
+    return files
+
+
+def corpus_overrides(corpus: str, work: Path) -> tuple[list[str], str]:
+    """Hydra overrides that select the corpus, and the name of its test set."""
+    name, pair, *size = corpus.split(":")
+    src, tgt = pair.split("-")
+    if name == "autshumato":
+        folder = DATA / "autshumato_en_nso"
+        files = [
+            f"data.splits.{split}.{side}={part}.{lang}.gz"
+            for split, part in (("train", "train"), ("val", "dev"), ("test", "test"))
+            for side, lang in (("src", src), ("tgt", tgt))
+        ]
+        return [
+            "data=parallel_files",
+            "data.name=autshumato",
+            f"data.src_lang={src}",
+            f"data.tgt_lang={tgt}",
+            f"data.dir={folder}",
+            *files,
+        ], "test"
+    if name != "multi30k":
+        raise SystemExit(
+            f"--corpus {corpus}: use multi30k:<src>-<tgt>[:<pairs>] or autshumato:en-nso"
+        )
+    folder = DATA / "multi30k"
+    if not size:
+        return [f"paths.data_dir={DATA}", f"data.src_lang={src}", f"data.tgt_lang={tgt}"], (
+            "test_2016_flickr"
+        )
+    pairs = int(size[0])
+    train = subset(folder / f"train.{src}.gz", folder / f"train.{tgt}.gz", pairs, work / "subsets")
+    return [
+        "data=parallel_files",
+        f"data.name=multi30k{pairs}",
+        f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}",
+        f"data.dir={folder}",
+        f"data.splits.train.src={train[0]}",
+        f"data.splits.train.tgt={train[1]}",
+        f"data.splits.val.src=val.{src}.gz",
+        f"data.splits.val.tgt=val.{tgt}.gz",
+        f"data.splits.test.src=test_2016_flickr.{src}.gz",
+        f"data.splits.test.tgt=test_2016_flickr.{tgt}.gz",
+    ], "test"
+
+
+def scores(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
+    """Cased detokenized BLEU with the 13a and intl tokenizations, and chrF, with signatures."""
+    result: dict[str, float | str] = {}
+    for name, metric in (
+        ("bleu_13a", BLEU(tokenize="13a")),
+        ("bleu_intl", BLEU(tokenize="intl")),
+        ("chrf", CHRF()),
+    ):
+        result[name] = round(metric.corpus_score(hypotheses, [references]).score, 2)
+        result[f"{name}_signature"] = str(metric.get_signature())
+    return result
+
+
+def select(tree: dict, key: str):
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--recipe", default="corpus_cpu_1h", help="an experiment= preset")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "corpus_recipe")
+    parser.add_argument("--json", type=Path, help="where to write the result")
+    parser.add_argument("overrides", nargs="*", help="after --: Hydra overrides")
+    args = parser.parse_args()
+    selection, test_set = corpus_overrides(args.corpus, args.work)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = args.work / f"{args.corpus.replace(':', '_')}-{args.recipe}-{args.seed}-{stamp}"
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        f"experiment={args.recipe}",
+        *selection,
+        f"seed={args.seed}",
+        f"hydra.run.dir={run_dir}",
+        *args.overrides,
+    ]
+    subprocess.run(command, check=True, cwd=ROOT)
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    test = summary["test"][test_set]
+    hypotheses = read_lines(Path(test["hypotheses"]))
+    data = config["data"]
+    references = read_lines(Path(data["dir"]) / data["splits"][test_set]["tgt"])
+    result = {
+        "command": " ".join(["python", "scripts/corpus_recipe.py", *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "corpus": args.corpus,
+        "recipe": args.recipe,
+        "seed": args.seed,
+        "run_dir": str(run_dir),
+        "settings": {key: select(config, key) for key in DERIVED},
+        "precision": summary["precision"],
+        "train_seconds": summary["train_seconds"],
+        "updates": summary["steps"],
+        "epochs": summary["epochs"],
+        "final_checkpoint": summary["final_checkpoint_choice"],
+        "test": scores(hypotheses, references),
+    }
+    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    print(text)
+    if args.json:
+        with atomic_path(args.json) as tmp:
+            tmp.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
