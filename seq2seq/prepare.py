@@ -80,8 +80,8 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
     if sample is not None:
         caption += (
             f"\n{config.data.val_split}: validation in training decodes a seeded random sample "
-            f"of {len(sample)} of its pairs (data.val_subset); the final checkpoint is chosen on "
-            "all of them."
+            f"of {len(sample)} of its pairs (data.val_subset), and the final checkpoint is chosen "
+            "on them."
         )
     table = Table(
         title=f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}: "
