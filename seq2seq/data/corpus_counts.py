@@ -1,7 +1,7 @@
-"""Counts of a split's raw text (pairs, words, characters, word types per side), taken before any
-tokenizer exists: what a corpus-derived recipe (seq2seq/recipe.py) sizes the vocabulary from.
-Words are whitespace-separated tokens of the normalised line. Cached beside the tokenizers,
-keyed by the files' content.
+"""Counts of a split's raw text (pairs, words, characters, word types per side), taken before
+any tokenizer exists: what the corpus-derived recipe (seq2seq/training/recipe.py) sizes the
+vocabulary from. Words are whitespace-separated tokens of the normalised line. Cached beside
+the tokenizers, keyed by the files' content.
 """
 
 from __future__ import annotations

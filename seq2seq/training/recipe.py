@@ -35,13 +35,13 @@ from seq2seq.data.corpus import SplitPaths, ensure_available, iter_parallel, nor
 from seq2seq.data.corpus_counts import CorpusCounts, load_or_count
 from seq2seq.data.datamodule import load_or_train_tokenizer, writable_dir
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.validation_sample import sample_indices
 from seq2seq.errors import DataError
 from seq2seq.io import sha256_file
 
 log = logging.getLogger(__name__)
 
 LENGTH_SAMPLE = 20_000  # training pairs encoded to measure subword lengths (seeded sample)
-SAMPLE_SEED = 0  # the same sample in every run and process
 WORDS_PER_PIECE = 85  # text per vocabulary entry: Multi30k's 667,000 words give its 8,000
 UPDATES_PER_EPOCH = 128  # batch size in tokens: about this many updates per epoch
 WARMUP_EPOCHS = 16  # warm-up in epochs of updates, capped at MAX_WARMUP
@@ -179,7 +179,6 @@ def from_lengths(lengths: SubwordLengths, max_ratio: float) -> list[Setting]:
     len_a = min(max_ratio, max(1.5, math.ceil(10 * ratio) / 10))
     epoch = lengths.tokens_per_epoch
     max_tokens = int(min(8192, max(2048, 2 ** round(math.log2(epoch / UPDATES_PER_EPOCH)))))
-    max_tokens = max(max_tokens, filter_len + 2)
     updates = epoch / max_tokens
     warmup = int(min(MAX_WARMUP, max(500, round_to(WARMUP_EPOCHS * updates, 100))))
     return [
@@ -243,7 +242,7 @@ def length_sample(train: SplitPaths, pairs: int) -> list[tuple[str, str]]:
     """A seeded sample of LENGTH_SAMPLE training pairs (all when fewer), read in one pass."""
     if pairs <= LENGTH_SAMPLE:
         return list(iter_parallel(train))
-    chosen = set(np.random.default_rng(SAMPLE_SEED).choice(pairs, LENGTH_SAMPLE, replace=False))
+    chosen = set(sample_indices(pairs, LENGTH_SAMPLE).tolist())  # the same in every process
     return [pair for i, pair in enumerate(iter_parallel(train)) if i in chosen]
 
 
