@@ -33,7 +33,7 @@ from seq2seq.io import atomic_path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("SEQ2SEQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
 SUBSET_SEED = 0  # the same sample of a corpus for every recipe and run
-DERIVED = [  # the keys the corpus-derived recipe sets (seq2seq/training/recipe.py)
+SETTINGS = [  # what the rule derives (seq2seq/training/recipe.py), and the schedule
     "tokenizer.vocab_size",
     "model.d_model",
     "model.heads",
@@ -46,8 +46,11 @@ DERIVED = [  # the keys the corpus-derived recipe sets (seq2seq/training/recipe.
     "data.val_subset",
     "data.filter.max_len",
     "data.max_tokens",
-    "optim.warmup_steps",
     "decoding.max_len_a",
+    "optim.lr",
+    "optim.decay",
+    "optim.warmup_steps",
+    "optim.warmup_ratio",
 ]
 
 
@@ -184,7 +187,7 @@ def main() -> None:
         "recipe": args.recipe,
         "seed": args.seed,
         "run_dir": str(run_dir),
-        "settings": {key: select(config, key) for key in DERIVED},
+        "settings": {key: select(config, key) for key in SETTINGS},
         "precision": summary["precision"],
         "train_seconds": summary["train_seconds"],
         "updates": summary["steps"],
