@@ -50,7 +50,6 @@ SETTINGS = [  # what the rule derives (seq2seq/training/recipe.py), and the sche
     "optim.lr",
     "optim.decay",
     "optim.warmup_steps",
-    "optim.warmup_ratio",
 ]
 
 

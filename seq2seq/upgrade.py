@@ -65,7 +65,6 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     }
     upgraded["optim"] = {
         "decay": "inverse_sqrt",
-        "warmup_ratio": 0.0,
         "r_drop": 0.0,
         "ema_decay": 0.0,
         **saved["optim"],

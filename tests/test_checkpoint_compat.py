@@ -150,7 +150,6 @@ def old_config() -> dict:
     del config["threads"], config["cuda_graphs"], config["prefer_checkpoint"]
     del config["derive_from_corpus"]
     del config["optim"]["decay"], config["optim"]["r_drop"], config["optim"]["ema_decay"]
-    del config["optim"]["warmup_ratio"]
     return config
 
 
@@ -223,7 +222,6 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.derive_from_corpus is False  # likewise: settings as configured
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
-    assert trained.config.optim.warmup_ratio == 0.0  # likewise: warmup in updates
     assert trained.config.optim.r_drop == 0.0  # one pass per batch, as then
     assert trained.config.optim.ema_decay == 0.0  # the trained weights, no moving average
     direct = direct_model(old_weights(0))

@@ -12,7 +12,6 @@ import torch
 from helpers import config_of, wired_model
 from pytorch_lightning.callbacks import Timer
 
-from seq2seq.errors import ConfigError
 from seq2seq.model.config import Positions
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.config import OptimConfig
@@ -210,35 +209,6 @@ def test_linear_decay_warms_up_and_reaches_zero_with_the_budget() -> None:
 def test_linear_decay_without_warmup_falls_from_the_peak() -> None:
     rates = learning_rates(warmup=0, steps=3, factor=linear_decay(0, lambda step: step / 4))
     assert rates == pytest.approx([1.5, 1.0, 0.5], rel=1e-12)
-
-
-def test_a_warmup_ratio_rises_over_that_share_of_the_budget_then_decays() -> None:
-    """A budget of 10 updates and a warmup of its first 0.4: the rate rises with the budget
-    spent, lr * min(spent / 0.4, 1) * (1 - spent), whatever the number of updates."""
-    factor = linear_decay(0, lambda step: (step - 1) / 10, warmup_ratio=0.4)
-    rates = learning_rates(warmup=0, steps=11, factor=factor)
-    spent = [(s - 1) / 10 for s in range(1, 12)]
-    expected = [2.0 * min(x / 0.4, 1) * max(0.0, 1 - x) for x in spent]
-    assert rates == pytest.approx(expected, rel=1e-12)
-    assert rates[:5] == pytest.approx([0.0, 0.45, 0.8, 1.05, 1.2])  # the peak at 0.4 spent
-    assert rates[10] == 0.0
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"warmup_ratio": 0.1, "warmup_steps": 0}, "optim.decay=linear"),  # inverse_sqrt
-        ({"warmup_ratio": 0.1, "decay": "linear"}, "optim.warmup_steps=1000 sets a warmup too"),
-        ({"warmup_ratio": 1.0, "decay": "linear", "warmup_steps": 0}, r"\[0, 1\)"),
-    ],
-)
-def test_a_warmup_ratio_needs_the_linear_decay_and_no_warmup_steps(
-    overrides: dict, message: str
-) -> None:
-    config = config_of("optim/adam_inverse_sqrt", OptimConfig, **overrides)
-    with pytest.raises(ConfigError, match=message) as error:
-        config.check()
-    assert "optim.warmup_ratio" in str(error.value)
 
 
 def trainer_with_budget(max_steps: int, max_time: str | None, elapsed: float):

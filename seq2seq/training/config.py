@@ -17,7 +17,6 @@ class OptimConfig:
     weight_decay: float
     fused: bool
     warmup_steps: int
-    warmup_ratio: float  # warmup as a share of the training budget (decay=linear; 0: steps)
     decay: str  # after warmup: inverse_sqrt | linear (to 0 at the end of the training budget)
     label_smoothing: float
     r_drop: float  # R-Drop's alpha: two passes per batch, their symmetric KL (0: off)
@@ -31,23 +30,6 @@ class OptimConfig:
             f"'{self.decay}': use inverse_sqrt or linear",
         )
         require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        require(
-            0.0 <= self.warmup_ratio < 1.0,
-            "optim.warmup_ratio",
-            f"must be in [0, 1) (0: optim.warmup_steps counts), got {self.warmup_ratio}",
-        )
-        if self.warmup_ratio > 0:
-            require(
-                self.decay == "linear",
-                "optim.warmup_ratio",
-                "a share of the budget needs a budgeted schedule: set optim.decay=linear "
-                "(optim=adam_linear_decay) or optim.warmup_ratio=0",
-            )
-            require(
-                self.warmup_steps == 0,
-                "optim.warmup_ratio",
-                f"optim.warmup_steps={self.warmup_steps} sets a warmup too: set one of them to 0",
-            )
         require(
             0.0 <= self.label_smoothing < 1.0,
             "optim.label_smoothing",

@@ -92,24 +92,16 @@ def inverse_sqrt(warmup: int) -> Callable[[int], float]:
     return factor
 
 
-def linear_decay(
-    warmup: int, spent: Callable[[int], float], warmup_ratio: float = 0.0
-) -> Callable[[int], float]:
-    """The learning-rate factor of update `index` (0-based) for a linear warmup times a linear
-    decay to 0 as `spent(step)`, the fraction of the training budget spent before update
-    `step`, goes from 0 to 1 (budgeted training, Li et al. 2020). The warmup lasts `warmup`
-    updates, or the first `warmup_ratio` of the budget when that is > 0: a share of the clock
-    fits any machine, where a number of updates fits one. It holds no state: a resumed run
-    continues from the budget it has spent."""
+def linear_decay(warmup: int, spent: Callable[[int], float]) -> Callable[[int], float]:
+    """The learning-rate factor of update `index` (0-based) for a linear warmup over `warmup`
+    updates times a linear decay to 0 as `spent(step)`, the fraction of the training budget
+    spent before update `step`, goes from 0 to 1 (budgeted training, Li et al. 2020). It holds
+    no state: a resumed run continues from the budget it has spent."""
 
     def factor(index: int) -> float:
         step = index + 1
-        done = spent(step)
-        if warmup_ratio:
-            rise = min(done / warmup_ratio, 1.0)
-        else:
-            rise = min(step / warmup, 1.0) if warmup else 1.0
-        return rise * max(0.0, 1.0 - done)
+        rise = min(step / warmup, 1.0) if warmup else 1.0
+        return rise * max(0.0, 1.0 - spent(step))
 
     return factor
 
@@ -119,5 +111,5 @@ def learning_rate_factor(
 ) -> Callable[[int], float]:
     """The factor `optim.decay` names; `spent` is only read by the linear decay."""
     if config.decay == "linear":
-        return linear_decay(config.warmup_steps, spent, config.warmup_ratio)
+        return linear_decay(config.warmup_steps, spent)
     return inverse_sqrt(config.warmup_steps)
