@@ -85,7 +85,7 @@ def test_the_vocabulary_stays_within_its_bounds() -> None:
     assert values(from_counts(counts_of(10**9), val_pairs=10))["tokenizer.vocab_size"] == 32000
 
 
-def test_length_limits_and_batch_follow_the_subword_lengths() -> None:
+def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
     longer = np.full(1000, 20)
     longer[-1] = 200  # one outlier: above the 99.9th percentile
     lengths = SubwordLengths(
@@ -99,10 +99,11 @@ def test_length_limits_and_batch_follow_the_subword_lengths() -> None:
     assert derived["model.max_len"] == 448  # the validation line: 400 + 2, to 64s
     assert derived["decoding.max_len_a"] == 1.5  # at least today's default
     assert derived["data.max_tokens"] == 8192  # 1.1M tokens / 128 = 8,594: nearest power of 2
-    assert "optim.warmup_steps" not in derived  # the schedule follows the clock, not the data
+    assert derived["optim.warmup_steps"] == 2000  # 16 x 134 updates, capped
     short = SubwordLengths(np.full(100, 10), np.full(100, 2.04), 12.0 * 5000, 20)
     small = values(from_lengths(short, max_ratio=3.0))
     assert small["data.max_tokens"] == 2048
+    assert small["optim.warmup_steps"] == 500  # 16 x 29 updates = 469, at least 500
     assert small["decoding.max_len_a"] == 2.1
     assert small["model.max_len"] == 256
     assert values(from_lengths(short, max_ratio=2.0))["decoding.max_len_a"] == 2.0
@@ -133,7 +134,7 @@ def test_derive_sets_the_config_and_keeps_command_line_keys(
     assert derived.model.dropout == config.model.dropout == 0  # fixed: as configured
     assert (derived.model.d_model, derived.model.encoder_layers) == (128, 3)
     assert derived.model.token_replacement == 0.1
-    assert derived.data.max_tokens == 2048
+    assert derived.data.max_tokens == 2048 and derived.optim.warmup_steps == 500
     assert derived.derive_from_corpus
     assert "model.dropout=0.0 (command line)" in caplog.text
     assert "tokenizer.vocab_size=318: the most pieces SentencePiece can make" in caplog.text
