@@ -15,7 +15,9 @@ release; blob 013945e2). It is adapted only where Joey's documentation says a co
   pre-processed text), cased (the comparison is cased BLEU; IWSLT14 is scored lowercased);
 - model size: from the benchmark closest in data size (FAQ: "check the benchmarks and their
   model and data sizes"): the 19M-parameter IWSLT14 Transformer of `configs/iwslt14_deen_bpe.yaml`
-  (blob 81db0b9e), or the shipped size with `--model-size iwslt14_deen_sp`;
+  (blob 81db0b9e); `--model-size` also takes the shipped size (`iwslt14_deen_sp`) and the
+  smallest Transformer Joey ships (`transformer_small`, configs/transformer_small.yaml, blob
+  bd7bddc7);
 - `validation_freq`: once per epoch (FAQ: "validate at least once per epoch"), counted from the
   corpus's SentencePiece lengths as Joey's token batches fill;
 - `max_output_length`: Joey's default (1.5 times the longest source of the batch) instead of
@@ -23,9 +25,12 @@ release; blob 013945e2). It is adapted only where Joey's documentation says a co
 - the machine: CPU, no fp16.
 
 Optimizer, schedule, dropout and batch stay as shipped; `--set key=value` changes any key for
-a dev trial, and the JSON names it. Joey has no time limit: at `--minutes` it gets SIGINT,
-which it handles by saving the current weights (`latest.ckpt`) and exiting; the test set is
-then decoded from those weights (or its `best.ckpt`, `--checkpoint best`) with beam 5.
+a dev trial, and the JSON names it. `--dev-lines N` validates on the seeded sample of N dev
+pairs that seq2seq's `data.val_subset=N` decodes, so both toolkits validate at the same cost;
+`--dev-trial` scores those pairs instead of the test set. Joey has no time limit: at
+`--minutes` it gets SIGINT, which it handles by saving the current weights (`latest.ckpt`) and
+exiting; the test set is then decoded from those weights (or its `best.ckpt`, `--checkpoint
+best`) with beam 5.
 
 Runs in two interpreters: this project's (orchestration and scoring) and Joey's own virtual
 environment (`--venv`: SentencePiece training on Joey's pre-processing, training, decoding),
@@ -73,6 +78,8 @@ JOEY_SOURCE = {
     "config_blob": "013945e2dd57061e152023a9f967a90dac8725a7",
     "model_size_config": "configs/iwslt14_deen_bpe.yaml",
     "model_size_config_blob": "81db0b9e728302d3c81b00510b8deb26b4df1b62",
+    "small_model_size_config": "configs/transformer_small.yaml",
+    "small_model_size_config_blob": "bd7bddc7694ad32dbc91ae60b4682096ab62dc37",
 }
 
 # configs/iwslt14_deen_sp.yaml at the commit above, its comments left out
@@ -209,6 +216,7 @@ model:
 MODEL_SIZES = {
     "iwslt14_deen_bpe": (256, 1024, 4, 6),  # its benchmark Transformer, 19M parameters
     "iwslt14_deen_sp": (512, 2048, 8, 6),  # the shipped size
+    "transformer_small": (64, 128, 4, 3),  # the smallest Transformer Joey ships
 }
 DEFAULT_MODEL_SIZE = "iwslt14_deen_bpe"
 
@@ -239,8 +247,8 @@ REASONS = {
     ),
     "training.logging_freq": "Joey requires it to divide validation_freq",
     "model_size": (
-        "--model-size: Joey's FAQ sizes a model by the benchmark closest in data size (the "
-        "IWSLT14 Transformer)"
+        "--model-size: Joey's FAQ sizes a model by the benchmarks and their data sizes (the "
+        "IWSLT14 Transformer by default)"
     ),
 }
 SIZE_KEYS = ("embedding_dim", "hidden_size", "ff_size", "num_heads", "num_layers")
@@ -725,6 +733,19 @@ def scores(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
     return result
 
 
+def dev_sample(dev: dict[str, list[str]], lines: int) -> dict[str, list[str]]:
+    """The dev pairs Joey validates on (and a dev trial scores): all, or the seeded random
+    sample of `lines` pairs that seq2seq's data.val_subset decodes, so that both toolkits
+    validate on the same pairs at the same cost."""
+    from seq2seq.data.validation_sample import sample_indices
+
+    size = len(next(iter(dev.values())))
+    if lines == 0 or lines >= size:
+        return dev
+    keep = sample_indices(size, lines)
+    return {lang: [text[i] for i in keep] for lang, text in dev.items()}
+
+
 def prepare_text(
     raw: dict[str, dict[str, list[str]]], src: str, tgt: str, evaluated: str, data: Path
 ) -> tuple[dict[str, dict[str, int]], list[int]]:
@@ -778,6 +799,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         role: {lang: read_lines(path) for lang, path in pair.items()}
         for role, pair in files.items()
     }
+    raw["dev"] = dev_sample(raw["dev"], args.dev_lines)
     evaluated = "dev" if args.dev_trial else "test"
     prepared, kept = prepare_text(raw, src, tgt, evaluated, paths.data)
 
@@ -829,6 +851,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 role: {lang: str(p) for lang, p in pair.items()} for role, pair in files.items()
             },
             "prepared": prepared,
+            "dev_lines": args.dev_lines,
         },
         "config": {
             "shipped": JOEY_SOURCE,
@@ -900,6 +923,13 @@ def parser() -> argparse.ArgumentParser:
         "--dev-trial",
         action="store_true",
         help="decode and score the dev split instead of the test split (choosing settings)",
+    )
+    p.add_argument(
+        "--dev-lines",
+        type=int,
+        default=0,
+        help="validate on (and score a dev trial on) the seeded sample of this many dev pairs "
+        "that seq2seq's data.val_subset draws; 0: the whole dev split",
     )
     p.add_argument(
         "--set",

@@ -11,10 +11,11 @@ from types import ModuleType
 
 import pytest
 import yaml
-from helpers import ROOT
+from helpers import ROOT, compose_config, small_model
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq.data.corpus import read_lines
+from seq2seq.data.datamodule import TranslationDataModule
 
 # what the corpus and the CPU change; everything else (optimizer, schedule, dropout, batch,
 # label smoothing, initialization, beam) stays as configs/iwslt14_deen_sp.yaml ships it
@@ -161,6 +162,21 @@ def test_text_for_joey_drops_pairs_with_a_blank_side_and_keeps_lines_whole(
     }
     with pytest.raises(ValueError, match="3 source lines but 2 target lines"):
         peer.training_pairs(["a", "b", "c"], ["x", "y"])
+
+
+def test_joey_validates_on_the_pairs_seq2seqs_validation_sample_decodes(
+    peer: ModuleType, toy_files: Path, tmp_path: Path
+) -> None:
+    config = compose_config([*small_model(toy_files, tmp_path / "cache"), "data.val_subset=10"])
+    data = TranslationDataModule(config)
+    data.setup()
+    ours = data.validation_sample().indices.tolist()
+    dev = {lang: read_lines(toy_files / f"val.{lang}") for lang in ("src", "tgt")}
+    sampled = peer.dev_sample(dev, 10)
+    assert sampled == {lang: [lines[i] for i in ours] for lang, lines in dev.items()}
+    assert sampled["src"] != dev["src"][:10]  # a random sample, not the first lines
+    assert peer.dev_sample(dev, 0) == dev  # 0: the whole split
+    assert peer.dev_sample(dev, 30) == dev  # as many as it has: the whole split
 
 
 def test_blank_sources_are_not_decoded_and_get_an_empty_translation(peer: ModuleType) -> None:
