@@ -650,10 +650,18 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def train_for(command: list[str], seconds: float, log: Path, env: dict[str, str]) -> dict[str, Any]:
     """Train until Joey ends or the clock does; then SIGINT, which Joey answers by saving the
-    current weights as latest.ckpt and exiting."""
+    current weights as latest.ckpt and exiting. Joey gets SIGINT's default handling even where
+    this script was started with it ignored (a job started with `&` by a shell script), where
+    Python would ignore it too and Joey train on."""
     start = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         try:
             process.wait(timeout=seconds)
             stopped_by = "joey"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -277,3 +279,21 @@ def test_the_shipped_model_size_is_the_embedded_configs(peer: ModuleType) -> Non
         encoder["num_heads"],
         encoder["num_layers"],
     )
+
+
+def test_the_clock_stops_joey_even_where_sigint_was_ignored(
+    peer: ModuleType, tmp_path: Path
+) -> None:
+    """A script started with `&` by a shell script ignores SIGINT, and so would Joey."""
+    trainer = [
+        sys.executable,
+        "-c",
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')",
+    ]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stopped = peer.train_for(trainer, 1.0, tmp_path / "train.out", dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert stopped["stopped_by"] == "clock" and stopped["stop_seconds"] < 30
+    assert (tmp_path / "train.out").read_text().strip() == "saved"
