@@ -747,10 +747,9 @@ def dev_sample(dev: dict[str, list[str]], lines: int) -> dict[str, list[str]]:
     validate on the same pairs at the same cost."""
     from seq2seq.data.validation_sample import sample_indices
 
-    size = len(next(iter(dev.values())))
-    if lines == 0 or lines >= size:
+    if lines == 0:
         return dev
-    keep = sample_indices(size, lines)
+    keep = sample_indices(len(next(iter(dev.values()))), lines)  # all, when it has no more
     return {lang: [text[i] for i in keep] for lang, text in dev.items()}
 
 
