@@ -158,13 +158,29 @@ class RootConfig:
             "needs one vocabulary for both languages, and tokenizer.joint is false; set "
             "tokenizer.joint=true or data.bidirectional_epochs=0",
         )
+        tag = int(self.data.multilingual)  # a multilingual source leads with a tag
         require(
-            self.data.filter.max_len < self.model.max_len,
+            self.data.filter.max_len + tag < self.model.max_len,
             "data.filter.max_len",
-            f"training pairs of up to {self.data.filter.max_len} tokens plus BOS/EOS do not fit "
-            f"the model's model.max_len={self.model.max_len} positions; lower the filter or "
-            "raise model.max_len",
+            f"training pairs of up to {self.data.filter.max_len} tokens plus BOS/EOS"
+            + (" and the tag" if tag else "")
+            + f" do not fit the model's model.max_len={self.model.max_len} positions; lower the "
+            "filter or raise model.max_len",
         )
+        if self.data.multilingual:
+            require(
+                self.tokenizer.joint,
+                "tokenizer.joint",
+                "false in a multilingual run, which needs one vocabulary for all its languages "
+                "(a language may be a source in one direction and a target in another); set "
+                "tokenizer.joint=true",
+            )
+            require(
+                not self.derive_from_corpus,
+                "derive_from_corpus",
+                "true in a multilingual run: its rule reads one direction's corpus; set "
+                "derive_from_corpus=false and the settings yourself",
+            )
 
     def check_cuda_graphs(self) -> None:
         """What a graph of the forward and backward cannot follow (seq2seq/training/

@@ -38,6 +38,7 @@ DECODING_BEFORE_SAMPLING = {
     "top_k": 0,
     "top_p": 1.0,
     "seed": 0,
+    "target_lang": None,
 }
 
 
@@ -61,6 +62,9 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "pad_to_multiple": 1,
         "bidirectional_epochs": 0,
         "val_subset": 0,
+        "directions": [],
+        "corpora": {},
+        "mix_temperature": 1.0,
         **saved["data"],
     }
     upgraded["optim"] = {

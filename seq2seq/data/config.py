@@ -21,7 +21,8 @@ class PathsConfig:
 @dataclass
 class SplitFiles:
     """Two files, line i of `src` translating line i of `tgt`, or one tab-separated bitext
-    `tsv` (source<TAB>target per line). None: not this form (also for splits added with +)."""
+    `tsv` (source<TAB>target per line). None: not this form (also for splits added with +).
+    `{src}` and `{tgt}` in a name stand for the direction's languages (train.{src}.gz)."""
 
     src: str | None = None
     tgt: str | None = None
@@ -61,6 +62,22 @@ class FilterConfig:
 
 
 @dataclass
+class CorpusConfig:
+    """A further corpus of a multilingual run (data.corpora.<name>): its files, as the keys of
+    the same names in `data`, and the directions trained on it."""
+
+    dir: str
+    languages: list[str] | None
+    directions: list[str]  # "en-nso": source-target
+    splits: dict[str, SplitFiles]
+    train_split: str
+    val_split: str
+    test_sets: list[str]
+    download: DownloadConfig | None
+    verify_checksums: bool
+
+
+@dataclass
 class DataConfig:
     name: str
     src_lang: str
@@ -82,6 +99,9 @@ class DataConfig:
     bpe_dropout: float  # training split segmented anew each epoch, merges dropped at this rate
     pad_to_multiple: int  # training batches' lengths padded up to a multiple of this
     bidirectional_epochs: int  # first epochs that also train on the pairs reversed (0: off)
+    directions: list[str]  # several ("en-de", "en-fr"): one multilingual model; []: src-tgt
+    corpora: dict[str, CorpusConfig]  # further corpora of a multilingual run
+    mix_temperature: float  # training pairs drawn per direction ~ (its pairs) ** (1 / T)
 
     def check(self) -> None:
         if self.languages is not None:
@@ -132,12 +152,14 @@ class DataConfig:
             f"must be >= 1 (1: no padding beyond a batch's longest pair), got "
             f"{self.pad_to_multiple}",
         )
-        longest = -(-(self.filter.max_len + 1) // self.pad_to_multiple) * self.pad_to_multiple
+        ends = 2 if self.multilingual else 1  # EOS, and a multilingual source's tag
+        longest = -(-(self.filter.max_len + ends) // self.pad_to_multiple) * self.pad_to_multiple
         require(
             self.max_tokens >= longest,
             "data.max_tokens",
             f"{self.max_tokens} cannot hold one training pair of data.filter.max_len="
             f"{self.filter.max_len} tokens plus BOS/EOS"
+            + (" and the tag" if self.multilingual else "")
             + (f", padded to {longest}" if longest > self.filter.max_len + 1 else "")
             + "; raise data.max_tokens or lower the limit",
         )
@@ -166,6 +188,89 @@ class DataConfig:
             f"{self.bidirectional_epochs} with data.bpe_dropout={self.bpe_dropout}: "
             "the two are not offered together; set one of them to 0",
         )
+        self.check_directions()
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the run trains more than one direction (its sources then lead with a tag)."""
+        return (
+            len(self.own_directions()) + sum(len(c.directions) for c in self.corpora.values()) > 1
+        )
+
+    def own_directions(self) -> list[str]:
+        """The directions trained on this corpus: data.directions, or src_lang-tgt_lang."""
+        return list(self.directions) or [f"{self.src_lang}-{self.tgt_lang}"]
+
+    def check_directions(self) -> None:
+        """Each direction once, in languages its corpus knows; a multilingual run (more than
+        one direction) without what serves one direction's pairs only."""
+        seen: dict[tuple[str, str], str] = {}
+        corpora = {self.name: (self.own_directions(), self.languages, "data.directions")} | {
+            name: (corpus.directions, corpus.languages, f"data.corpora.{name}.directions")
+            for name, corpus in self.corpora.items()
+        }
+        for corpus, (directions, languages, key) in corpora.items():
+            for text in directions:
+                pair = parse_direction(text, key)
+                for lang in pair:
+                    require(
+                        languages is None or lang in languages,
+                        key,
+                        f"'{text}': unknown language '{lang}' for {corpus}; its languages are "
+                        f"{', '.join(languages or [])}",
+                    )
+                require(
+                    pair not in seen,
+                    key,
+                    f"'{text}' is also a direction of {seen.get(pair)}; give each direction one "
+                    "corpus (join the files of two into one)",
+                )
+                seen[pair] = corpus
+        for name, corpus in self.corpora.items():
+            require(
+                bool(corpus.directions),
+                f"data.corpora.{name}.directions",
+                "empty; name the directions to train on this corpus, e.g. [en-de]",
+            )
+            for split in (corpus.train_split, corpus.val_split, *corpus.test_sets):
+                require(
+                    split in corpus.splits,
+                    f"data.corpora.{name}",
+                    f"split '{split}' is not one of its splits ({', '.join(corpus.splits)})",
+                )
+            for split, files in corpus.splits.items():
+                files.check(split)
+        require(
+            self.mix_temperature > 0,
+            "data.mix_temperature",
+            f"must be > 0 (1: in proportion to each direction's pairs; larger: nearer equal "
+            f"shares), got {self.mix_temperature}",
+        )
+        if self.multilingual:
+            for key, value, off in (
+                ("data.bidirectional_epochs", self.bidirectional_epochs, 0),
+                ("data.bpe_dropout", self.bpe_dropout, 0),
+                # each epoch's mixture is drawn in the training process, which workers miss
+                ("data.num_workers", self.num_workers, 0),
+            ):
+                require(
+                    value == off,
+                    key,
+                    f"{value} in a multilingual run (several directions), which does not offer "
+                    f"it; set {key}={off}",
+                )
+
+
+def parse_direction(text: str, key: str) -> tuple[str, str]:
+    """("en", "de") from "en-de"; anything else is refused naming `key`."""
+    parts = text.split("-")
+    require(
+        len(parts) == 2 and all(parts) and parts[0] != parts[1],
+        key,
+        f"'{text}' is not a direction: write source-target with two different languages, "
+        "e.g. en-de",
+    )
+    return parts[0], parts[1]
 
 
 @dataclass

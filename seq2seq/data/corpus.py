@@ -69,11 +69,17 @@ def phrase_lists(lines: list[str], where: str, first: int) -> list[list[str]]:
 
 
 def split_paths(data: DataConfig, name: str) -> SplitPaths:
+    """The files of split `name`, `{src}` and `{tgt}` in their names read as data.src_lang and
+    data.tgt_lang."""
     files = data.splits[name]
     root = Path(data.dir)
+
+    def path(file: str) -> Path:
+        return root / file.replace("{src}", data.src_lang).replace("{tgt}", data.tgt_lang)
+
     if files.tsv is not None:
-        return SplitPaths(name, root / files.tsv, root / files.tsv, tsv=True)
-    return SplitPaths(name, root / files.src, root / files.tgt)
+        return SplitPaths(name, path(files.tsv), path(files.tsv), tsv=True)
+    return SplitPaths(name, path(files.src), path(files.tgt))
 
 
 def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:

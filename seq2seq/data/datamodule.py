@@ -28,8 +28,10 @@ from seq2seq.data.corpus import (
     side_lines,
 )
 from seq2seq.data.dataset import EncodedSplit, FilterCounts, load_or_encode
+from seq2seq.data.directions import Direction, directions, tag, target_languages
+from seq2seq.data.mixture import MixtureSplit, TaggedSplit
 from seq2seq.data.subword_sampling import BPEDropoutSplit
-from seq2seq.data.tokenizer import Tokenizer, load_or_train, sample_sentences
+from seq2seq.data.tokenizer import Tokenizer, balanced_sample, load_or_train, sample_sentences
 from seq2seq.data.validation_sample import SplitSample, sample_indices
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.io import sha256_file
@@ -39,10 +41,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PreparedData:
+    """The tokenizer and the encoded splits, by key: a one-direction run's split names, or a
+    multilingual run's `<split>.<src>-<tgt>` (split_key)."""
+
     tokenizer: Tokenizer
     splits: dict[str, EncodedSplit]
     files: dict[str, SplitPaths]
     built: list[str] = field(default_factory=list)  # what this call computed (not from cache)
+    direction: dict[str, Direction] = field(default_factory=dict)  # of each key
+
+
+def split_key(split: str, direction: Direction, multilingual: bool) -> str:
+    """The key of a direction's split: its name alone in a one-direction run."""
+    return f"{split}.{direction.name}" if multilingual else split
 
 
 def writable_dir(path: Path, key: str) -> Path:
@@ -117,41 +128,95 @@ def load_or_train_tokenizer(
     )
 
 
+def load_or_train_joint_tokenizer(
+    config: RootConfig,
+    trains: list[tuple[Direction, SplitPaths]],
+    digest: dict[Path, str],
+    cache_dir: Path,
+) -> tuple[Tokenizer, bool]:
+    """A multilingual run's one SentencePiece model over its languages and the tags, cached.
+
+    Its sample is balanced (balanced_sample): each language as many sentences as the others,
+    and a side that several directions share (the English of Multi30k's aligned splits)
+    counted once, by its file's content."""
+    sides: dict[str, dict[str, tuple[SplitPaths, str]]] = {}  # language -> side's id -> side
+    for direction, train in trains:
+        for lang, side in ((direction.src, "src"), (direction.tgt, "tgt")):
+            path = getattr(train, side)
+            identity = f"{digest[path]}:{side}" if train.tsv else digest[path]
+            sides.setdefault(lang, {})[identity] = (train, side)
+    cfg = config.tokenizer
+
+    def training_text(_: tuple[str, ...]) -> list[str]:
+        for _, train in trains:
+            check_training_text(train)
+        texts = {
+            lang: [partial(side_lines, train, side) for train, side in found.values()]
+            for lang, found in sorted(sides.items())
+        }
+        sample = balanced_sample(texts, cfg.input_sentence_size, cfg.seed)
+        return [normalize(x) for x in sample]
+
+    inputs = {
+        "languages": {lang: sorted(found) for lang, found in sorted(sides.items())},
+        "normalization": NORMALIZATION_VERSION,
+        "sample": "balanced",
+    }
+    where = "the training splits of " + ", ".join(d.name for d, _ in trains)
+    tags = [tag(lang) for lang in target_languages(config.data)]
+    return load_or_train(cache_dir, cfg, inputs, training_text, where, tags)
+
+
 def prepare(config: RootConfig) -> PreparedData:
-    """Make the data ready: fetch files, train or load the tokenizer, encode or load splits.
+    """Make the data ready: fetch files, train or load the tokenizer, encode or load splits,
+    for each direction of the run.
 
     Idempotent: a second call with the same files and settings only reads caches.
     """
     data = config.data
     cache_dir = writable_dir(Path(config.paths.cache_dir), "paths.cache_dir")
-    names = list(dict.fromkeys([data.train_split, data.val_split, *data.test_sets]))
-    files = {s.name: s for s in ensure_available(data, names)}
+    runs, multilingual = directions(data), data.multilingual
+    files: dict[str, SplitPaths] = {}
+    owner: dict[str, Direction] = {}
+    for direction in runs:
+        view = direction.data
+        names = list(dict.fromkeys([view.train_split, view.val_split, *view.test_sets]))
+        for split in ensure_available(view, names):
+            key = split_key(split.name, direction, multilingual)
+            files[key], owner[key] = split, direction
     digest = {p: sha256_file(p) for s in files.values() for p in s.files}
     built = []
-    tokenizer, trained = load_or_train_tokenizer(config, files[data.train_split], digest, cache_dir)
+    trains = [key for key, d in owner.items() if files[key].name == d.data.train_split]
+    if multilingual:
+        pairs = [(owner[key], files[key]) for key in trains]
+        tokenizer, trained = load_or_train_joint_tokenizer(config, pairs, digest, cache_dir)
+    else:
+        (train,) = (files[key] for key in trains)
+        tokenizer, trained = load_or_train_tokenizer(config, train, digest, cache_dir)
     if trained:
         built.append("tokenizer")
     processes = min(data.encode_processes or usable_cpus(), thread_budget(config.threads))
     splits = {}
-    for name, split in files.items():
-        limits = data.filter if name == data.train_split else None
-        splits[name], encoded = load_or_encode(
+    for key, split in files.items():
+        view = owner[key].data
+        training = key in trains
+        splits[key], encoded = load_or_encode(
             cache_dir,
-            f"{data.name}-{name}-{data.src_lang}-{data.tgt_lang}",
+            f"{view.name}-{split.name}-{view.src_lang}-{view.tgt_lang}",
             split_inputs(split, digest),
             tokenizer,
-            limits,
+            data.filter if training else None,
             lambda split=split: iter_parallel(split),
             processes,
         )
         if encoded:
-            built.append(name)
-        check_kept(split, splits[name].counts, data, name == data.train_split)
-        counts = splits[name].counts
+            built.append(key)
+        check_kept(split, splits[key].counts, view, training)
+        counts = splits[key].counts
         log.info(
             "%s: %d pairs kept of %d (filtered: %d empty, %d longer than %d tokens, "
             "%d with length ratio > %.1f)",
-            name,
+            key,
             counts.kept,
             counts.total,
             counts.empty,
@@ -160,7 +225,7 @@ def prepare(config: RootConfig) -> PreparedData:
             counts.bad_ratio,
             data.filter.max_ratio,
         )
-    return PreparedData(tokenizer, splits, files, built)
+    return PreparedData(tokenizer, splits, files, built, owner)
 
 
 class TranslationDataModule(pl.LightningDataModule):
@@ -175,6 +240,9 @@ class TranslationDataModule(pl.LightningDataModule):
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
         self._bpe_dropout: BPEDropoutSplit | None = None
         self._bidirectional: BidirectionalSplit | None = None
+        self._mixture: MixtureSplit | None = None
+        self.directions = directions(config.data)
+        self.multilingual = config.data.multilingual  # sources then lead with a tag
 
     def prepare_data(self) -> None:
         # Lightning runs this in one process per node: downloads, training, writing caches.
@@ -190,7 +258,7 @@ class TranslationDataModule(pl.LightningDataModule):
         """Evaluation splits are not filtered: a pair longer than the model's positions is
         truncated with a warning, or stops the run (decoding.long_inputs=error)."""
         assert self.prepared is not None
-        limit = self.model_positions()
+        limit = self.model_positions() - self.multilingual  # the tag takes a position
         for name, split in self.prepared.splits.items():
             too_long = split.longer_than(limit)
             if split.max_len is not None or not len(too_long):
@@ -211,6 +279,22 @@ class TranslationDataModule(pl.LightningDataModule):
                 where,
             )
             split.truncate(limit)
+
+    def validation_keys(self) -> list[str]:
+        """The splits validation decodes: data.val_split, or each direction's."""
+        return [split_key(d.data.val_split, d, self.multilingual) for d in self.directions]
+
+    def test_keys(self) -> list[str]:
+        """The splits of data.test_sets (each direction's: its corpus's test sets)."""
+        return [
+            split_key(name, d, self.multilingual)
+            for d in self.directions
+            for name in d.data.test_sets
+        ]
+
+    def tag_id(self, key: str) -> int:
+        """The id of the tag leading the sources of split `key` (a multilingual run's)."""
+        return self.tokenizer.piece_id(tag(self.prepared.direction[key].tgt))
 
     def model_positions(self) -> int:
         """Tokens a side of a pair may have: model.max_len, less one for EOS (source) or for
@@ -244,12 +328,23 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def dataset(
         self, split: str, shuffle: bool
-    ) -> EncodedSplit | BPEDropoutSplit | BidirectionalSplit:
+    ) -> EncodedSplit | BPEDropoutSplit | BidirectionalSplit | TaggedSplit | MixtureSplit:
         """What a loader of `split` serves: the cached encoding, or for training the split
         segmented anew each epoch (data.bpe_dropout > 0) or with its pairs also reversed in
-        the first epochs (data.bidirectional_epochs > 0)."""
+        the first epochs (data.bidirectional_epochs > 0). A multilingual run's sources lead
+        with their tag, and it trains on the directions' mixture (data.train_split)."""
         assert self.prepared is not None, "call setup() first"
+        if self.multilingual and shuffle:
+            if self._mixture is None:
+                keys = [split_key(d.data.train_split, d, True) for d in self.directions]
+                parts = [TaggedSplit(self.prepared.splits[k], self.tag_id(k)) for k in keys]
+                self._mixture = MixtureSplit(
+                    parts, self.config.data.mix_temperature, self.config.seed
+                )
+            return self._mixture
         encoded = self.prepared.splits[split]
+        if self.multilingual:
+            return TaggedSplit(encoded, self.tag_id(split))
         dropout = self.config.data.bpe_dropout
         if shuffle and self.config.data.bidirectional_epochs > 0:
             if self._bidirectional is None:
@@ -273,12 +368,14 @@ class TranslationDataModule(pl.LightningDataModule):
             )
         return self._bpe_dropout
 
-    def validation_sample(self) -> SplitSample | None:
-        """The pairs of data.val_split that validation during training decodes: a seeded
-        random sample of data.val_subset (seq2seq/data/validation_sample.py), or None for all of
-        them. The final checkpoint is chosen on the same pairs."""
+    def validation_sample(self, name: str | None = None) -> SplitSample | None:
+        """The pairs of validation split `name` (data.val_split) that validation during
+        training decodes: a seeded random sample of data.val_subset (seq2seq/data/
+        validation_sample.py), or None for all of them. The final checkpoint is chosen on the
+        same pairs."""
         assert self.prepared is not None, "call setup() first"
-        name, count = self.config.data.val_split, self.config.data.val_subset
+        name = name or self.config.data.val_split
+        count = self.config.data.val_subset
         split = self.prepared.splits[name]
         if count == 0:
             return None
@@ -297,7 +394,7 @@ class TranslationDataModule(pl.LightningDataModule):
             len(split),
             name,
         )
-        return SplitSample(split, sample_indices(len(split), count))
+        return SplitSample(self.dataset(name, False), sample_indices(len(split), count))
 
     def batch_sampler(
         self, split: str, shuffle: bool, sample: SplitSample | None = None
@@ -305,18 +402,23 @@ class TranslationDataModule(pl.LightningDataModule):
         """The training and validation batches are shared among the trainer's processes.
         `sample`: some pairs of the split, batched in place of all of them."""
         dataset = self.dataset(split, shuffle) if sample is None else sample
-        lengths = self.prepared.splits[split] if sample is None else sample
+        if isinstance(dataset, MixtureSplit):
+            src_lens, tgt_lens = dataset.lengths(0)  # drawn again for each epoch
+        else:  # a tagged split's count the tag; the others', the cached encoding's
+            tagged = isinstance(dataset, (TaggedSplit, SplitSample))
+            lengths = dataset if tagged else self.prepared.splits[split]
+            src_lens, tgt_lens = lengths.src_lens, lengths.tgt_lens
         trainer = self.trainer
         sampler = TokenBudgetBatchSampler(
-            lengths.src_lens,
-            lengths.tgt_lens,
+            src_lens,
+            tgt_lens,
             self.config.data.max_tokens,
             shuffle=shuffle,
             seed=self.config.seed,
             num_replicas=trainer.world_size if trainer else 1,
             rank=trainer.global_rank if trainer else 0,
             lengths_of_epoch=dataset.lengths
-            if isinstance(dataset, (BPEDropoutSplit, BidirectionalSplit))
+            if isinstance(dataset, (BPEDropoutSplit, BidirectionalSplit, MixtureSplit))
             else None,
             pad_to_multiple=self.pad_to_multiple(shuffle),
         )
@@ -346,7 +448,9 @@ class TranslationDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.config.data.train_split, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(
-            self.config.data.val_split, shuffle=False, sample=self.validation_sample()
-        )
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        loaders = [
+            self._loader(key, shuffle=False, sample=self.validation_sample(key))
+            for key in self.validation_keys()
+        ]
+        return loaders if self.multilingual else loaders[0]

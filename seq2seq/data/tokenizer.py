@@ -8,9 +8,10 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
@@ -74,6 +75,13 @@ class Tokenizer:
     def encode_tgt(self, lines: list[str], num_threads: int = -1) -> list[list[int]]:
         return self.tgt.encode(lines, num_threads=num_threads)
 
+    def piece_id(self, piece: str) -> int:
+        """The source id of a piece the model holds whole (a tag, "<2de>")."""
+        id_ = self.src.piece_to_id(piece)  # unknown: the id of <unk>
+        if self.src.id_to_piece(id_) != piece:
+            raise KeyError(piece)
+        return id_
+
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         return self.tgt.decode(ids)
 
@@ -131,16 +139,39 @@ def sample_sentences(sentences: Iterable[str], size: int, seed: int) -> list[str
     return sample
 
 
+def balanced_sample(
+    texts: dict[str, list[Callable[[], Iterable[str]]]], size: int, seed: int
+) -> list[str]:
+    """As many sentences of each language as of any other, for one SentencePiece model over
+    several: each language's lines (those of its sources, chained) sampled to size / languages
+    (sample_sentences; 0: all), and the smaller samples repeated, whole and then in part, up
+    to the largest, so that a small language's pieces are not crowded out of the vocabulary."""
+    share = max(1, size // len(texts)) if size else 0
+    samples = [
+        sample_sentences(itertools.chain.from_iterable(f() for f in sources), share, seed)
+        for sources in texts.values()
+    ]
+    largest = max(len(sample) for sample in samples)
+    balanced = []
+    for sample in samples:
+        rounds, rest = divmod(largest, len(sample))
+        balanced += sample * rounds + (sample_sentences(sample, rest, seed) if rest else [])
+    return balanced
+
+
 def train_sentencepiece(
-    lines: Iterable[str], cfg: TokenizerConfig, where: str = "the training text"
+    lines: Iterable[str],
+    cfg: TokenizerConfig,
+    where: str = "the training text",
+    user_symbols: Sequence[str] = (),
 ) -> bytes:
     """Train on already-normalised lines; identity rule so that decode(encode(x)) == x.
-    SentencePiece's own errors come back as one message naming `where` and the likely
-    cause."""
+    `user_symbols` become pieces of their own (a multilingual model's tags). SentencePiece's
+    own errors come back as one message naming `where` and the likely cause."""
     model = io.BytesIO()
     spm.set_random_generator_seed(cfg.seed)
     try:
-        _train(lines, model, cfg)
+        _train(lines, model, cfg, user_symbols)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1].rsplit("]", 1)[-1].strip() or str(e)
         if "Vocabulary size" in str(e):
@@ -157,7 +188,9 @@ def train_sentencepiece(
     return model.getvalue()
 
 
-def _train(lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig) -> None:
+def _train(
+    lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig, user_symbols: Sequence[str]
+) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_writer=model,
@@ -174,6 +207,7 @@ def _train(lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig) -> Non
         input_sentence_size=0,  # the sample is drawn before (sample_sentences)
         num_threads=cfg.num_threads,
         minloglevel=2,
+        **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
     )
 
 
@@ -183,10 +217,12 @@ def _train_and_save(
     training_text: Callable[[tuple[str, ...]], list[str]],
     where: str,
     directory: Path,
+    user_symbols: Sequence[str],
 ) -> Tokenizer:
     start = time.perf_counter()
     if cfg.joint:
-        src_model = tgt_model = train_sentencepiece(training_text(("src", "tgt")), cfg, where)
+        text = training_text(("src", "tgt"))
+        src_model = tgt_model = train_sentencepiece(text, cfg, where, user_symbols)
     else:
         src_model = train_sentencepiece(training_text(("src",)), cfg, f"{where} (source side)")
         tgt_model = train_sentencepiece(training_text(("tgt",)), cfg, f"{where} (target side)")
@@ -207,30 +243,36 @@ def _train_and_save(
     return tokenizer
 
 
-def tokenizer_key(cfg: TokenizerConfig, inputs: dict[str, str]) -> str:
+def tokenizer_key(
+    cfg: TokenizerConfig, inputs: dict[str, Any], user_symbols: Sequence[str] = ()
+) -> str:
     """Cache key from the settings, the training files' hashes and the library version."""
     payload = {"settings": asdict(cfg), "inputs": inputs, "sentencepiece": spm.__version__}
+    if user_symbols:  # absent otherwise: the keys of tokenizers trained before stay the same
+        payload["user_symbols"] = list(user_symbols)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def load_or_train(
     cache_dir: Path,
     cfg: TokenizerConfig,
-    inputs: dict[str, str],
+    inputs: dict[str, Any],
     training_text: Callable[[tuple[str, ...]], list[str]],
     where: str = "the training text",
+    user_symbols: Sequence[str] = (),
 ) -> tuple[Tokenizer, bool]:
     """Return the cached tokenizer for this key, or train and cache one. Also says if it trained.
 
     `inputs` identifies the training text (file hashes, languages, normalisation) and
     `training_text(sides)` returns the normalised sample of those sides ("src", "tgt") to train
     one model on, called only on a cache miss; errors name that text as `where`.
+    `user_symbols`: pieces of their own, in a joint model (a multilingual model's tags).
     """
-    directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs)
+    directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs, user_symbols)
     if (directory / "tgt.model").exists():
         return Tokenizer.load(directory), False
     with build_lock(directory):  # runs started together: one trains, the others wait
         if (directory / "tgt.model").exists():
             return Tokenizer.load(directory), False
-        tokenizer = _train_and_save(cfg, inputs, training_text, where, directory)
+        tokenizer = _train_and_save(cfg, inputs, training_text, where, directory, user_symbols)
     return tokenizer, True

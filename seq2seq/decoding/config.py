@@ -23,6 +23,7 @@ class DecodingConfig:
     top_k: int  # search=sample: draw among the k most probable tokens only (0: all)
     top_p: float  # search=sample: among the most probable tokens reaching p (1.0: all)
     seed: int  # search=sample: a sentence's draws come from (seed, its input line number)
+    target_lang: str | None  # a multilingual model: the language to write (None: one-direction)
 
     def check(self) -> None:
         require(

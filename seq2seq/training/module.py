@@ -45,7 +45,7 @@ class TranslationModule(pl.LightningModule):
         super().__init__()
         self.config, self.tokenizer = config, tokenizer
         self.model = Transformer.for_vocabulary(config.model, tokenizer)
-        self._hypotheses: dict[int, str] = {}
+        self._hypotheses: dict[int, dict[int, str]] = {}  # validation set -> pair -> output
         self._last_step_end: float | None = None
         self._epoch_tokens, self._epoch_seconds = 0, 0.0  # timed steps of this epoch
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
@@ -128,9 +128,25 @@ class TranslationModule(pl.LightningModule):
         self._last_step_end = None  # the validation pause is not training time
         self._epoch_tokens, self._epoch_seconds = 0, 0.0
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+    def validation_names(self) -> list[str]:
+        """Each validation set's name in the logs: a multilingual run's directions ("en-de"),
+        or "" for the one set of a one-direction run."""
+        data = self.trainer.datamodule
+        if not data.multilingual:
+            return [""]
+        return [data.prepared.direction[key].name for key in data.validation_keys()]
+
+    def validation_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         loss, tokens = self.loss(batch)
-        self.log("val/loss", loss, prog_bar=True, batch_size=tokens, sync_dist=True)
+        name = self.validation_names()[dataloader_idx]
+        self.log(
+            f"val/loss/{name}" if name else "val/loss",
+            loss,
+            prog_bar=not name,
+            batch_size=tokens,
+            sync_dist=True,
+            add_dataloader_idx=False,
+        )
         decoding = self.config.decoding
         max_len = max_output_len(
             batch.src,
@@ -141,29 +157,43 @@ class TranslationModule(pl.LightningModule):
         )
         outputs = greedy_search(self.model, batch.src, max_len)
         texts = self.tokenizer.decode_tgt([best.tokens for (best,) in outputs])
+        outputs_of_set = self._hypotheses.setdefault(dataloader_idx, {})
         for index, text in zip(batch.index.tolist(), texts, strict=True):
-            self._hypotheses[index] = text
+            outputs_of_set[index] = text
 
     def on_validation_epoch_end(self) -> None:
         hypotheses, self._hypotheses = self._hypotheses, {}
         if self.trainer.sanity_checking:
             return
-        decoded = len(hypotheses)
+        decoded = {number: len(outputs) for number, outputs in hypotheses.items()}
         if self.trainer.world_size > 1:  # each process decoded its share of the batches
-            shares: list[dict[int, str] | None] = [None] * self.trainer.world_size
+            shares: list[dict[int, dict[int, str]] | None] = [None] * self.trainer.world_size
             torch.distributed.all_gather_object(shares, hypotheses)
-            hypotheses = {i: text for share in shares if share for i, text in share.items()}
-        references = self.trainer.datamodule.references(self.config.data.val_split)
-        order = sorted(hypotheses)
-        score = bleu([hypotheses[i] for i in order], [references[i] for i in order])
-        log.info(
-            "validation BLEU (greedy) %.4f on %d of %d sentences (%d decoded by this process)",
-            score,
-            len(order),
-            len(references),
-            decoded,
-        )
-        # every process scored the whole set alike; "max" keeps the synchronised value exact
+            hypotheses = {}
+            for share in shares:
+                for number, outputs in (share or {}).items():
+                    hypotheses.setdefault(number, {}).update(outputs)
+        data, scores = self.trainer.datamodule, []
+        names = self.validation_names()
+        for number, (key, name) in enumerate(zip(data.validation_keys(), names, strict=True)):
+            outputs, references = hypotheses.get(number, {}), data.references(key)
+            order = sorted(outputs)
+            score = bleu([outputs[i] for i in order], [references[i] for i in order])
+            log.info(
+                "validation BLEU (greedy) %s%.4f on %d of %d sentences (%d decoded by this "
+                "process)",
+                f"{name} " if name else "",
+                score,
+                len(order),
+                len(references),
+                decoded.get(number, 0),
+            )
+            if name:  # every process scored the whole set alike: "max" keeps it exact
+                self.log(f"val/bleu/{name}", score, sync_dist=True, reduce_fx="max")
+            scores.append(score)
+        score = sum(scores) / len(scores)  # a multilingual run's checkpoints: the mean
+        if len(scores) > 1:
+            log.info("validation BLEU (greedy), mean of %d directions: %.4f", len(scores), score)
         self.log("val/bleu", score, prog_bar=True, sync_dist=True, reduce_fx="max")
 
     def configure_gradient_clipping(
