@@ -11,6 +11,7 @@ signatures (<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.js
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from seq2seq.data.corpus import (
     read_parallel,
     split_paths,
 )
+from seq2seq.data.directions import directions, zero_shot
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
@@ -79,6 +81,33 @@ def evaluation_data(training: RootConfig, overrides: dict[str, Any]) -> DataConf
             "config key 'data.test_sets': empty; name the sets to score, e.g. data.test_sets=[val]"
         )
     return data
+
+
+@dataclass(frozen=True)
+class EvaluationSet:
+    """A test set's files, and the language a multilingual model is asked for on it."""
+
+    files: SplitPaths
+    target_lang: str | None = None
+    zero_shot: bool = False  # a direction the model was not trained on
+
+
+def evaluation_sets(data: DataConfig, training: DataConfig) -> dict[str, EvaluationSet]:
+    """The test sets of each direction of `data`, by name: `<set>` for a one-direction model,
+    `<set>.<src>-<tgt>` for a multilingual one (trained on `training`), whose directions need
+    not be among those trained (zero-shot)."""
+    multilingual = training.multilingual
+    sets = {}
+    for direction in directions(data):
+        files = evaluation_files(direction.data)
+        for name, split in files.items():
+            key = f"{name}.{direction.name}" if multilingual else name
+            sets[key] = EvaluationSet(
+                split,
+                direction.tgt if multilingual else None,
+                multilingual and zero_shot(training, direction.src, direction.tgt),
+            )
+    return sets
 
 
 def evaluation_files(data: DataConfig) -> dict[str, SplitPaths]:
@@ -158,7 +187,7 @@ def evaluate_checkpoint(
             f"{ckpt_path} records no training configuration, so evaluate does not know its "
             "test sets: export it with python -m seq2seq.export ckpt_path=<ckpt> export.dir=..."
         )
-    files = evaluation_files(evaluation_data(training, data))
+    files = evaluation_sets(evaluation_data(training, data), training.data)
     tag = decoding_tag(decoding)
     if ensemble:
         tag = f"{ensemble_tag(members)}.{tag}"
@@ -177,7 +206,11 @@ def evaluate_checkpoint(
         "decoding": config_to_dict(decoding),
         "test_sets": {},
     }
-    for name, split in files.items():
+    for name, test_set in files.items():
+        split = test_set.files
+        if test_set.target_lang is not None:  # the same backend, another tag
+            asked = dataclasses.replace(decoding, target_lang=test_set.target_lang)
+            translator = Translator(translator.backend, translator.tokenizer, asked)
         sources, references = read_parallel(split)
         forced = prefixes and aligned_file(prefixes, len(sources), "prefixes")
         phrases = constraints and phrase_lists(
@@ -198,6 +231,7 @@ def evaluate_checkpoint(
         results["test_sets"][name] = {
             **corpus_scores(hypotheses, references),
             **met,
+            **({"zero_shot": True} if test_set.zero_shot else {}),
             "sentences": len(sources),
             "decoding_seconds": round(seconds, 2),
             "hypotheses": str(hyp_path),
@@ -218,7 +252,7 @@ def score_table(results: dict, tag: str) -> Table:
         table.add_column(column)
     for name, s in results["test_sets"].items():
         table.add_row(
-            name,
+            name + (" (zero-shot)" if s.get("zero_shot") else ""),
             f"{s['bleu']:.2f}",
             f"{s['chrf']:.2f}",
             f"{s['bleu_lc']:.2f}",

@@ -141,8 +141,12 @@ def old_config() -> dict:
     config = OmegaConf.to_container(composed, resolve=True)
     config["tokenizer"]["byte_fallback"] = False
     config["model"] = copy.deepcopy(OLD_MODEL_CONFIG)
-    for key in ("nbest", "search", "temperature", "top_k", "top_p", "seed"):
+    for key in ("nbest", "search", "temperature", "top_k", "top_p", "seed", "target_lang"):
         del config["decoding"][key]  # added since
+    del config["data"]["directions"], config["data"]["corpora"], config["data"]["mix_temperature"]
+    for files in config["data"]["splits"].values():  # file names held the languages
+        for side, name in files.items():
+            files[side] = name.replace("{src}", "en").replace("{tgt}", "de")
     del config["tokenizer"]["input_sentence_size"], config["tokenizer"]["num_threads"]
     del config["data"]["encode_processes"], config["data"]["bpe_dropout"]
     del config["data"]["pad_to_multiple"], config["data"]["bidirectional_epochs"]
@@ -220,6 +224,9 @@ def test_load_trained_and_translator_read_an_old_checkpoint(
     assert trained.config.data.val_subset == 0  # likewise: validated on the whole split
     assert trained.config.cuda_graphs == 0  # likewise: trained eagerly
     assert trained.config.derive_from_corpus is False  # likewise: settings as configured
+    data = trained.config.data  # likewise: one direction, no tags
+    assert (data.directions, data.corpora, data.multilingual) == ([], {}, False)
+    assert trained.config.decoding.target_lang is None
     assert trained.config.decoding.search == "beam" and trained.config.decoding.top_p == 1.0
     assert trained.config.optim.decay == "inverse_sqrt"  # the only schedule there was
     assert trained.config.optim.r_drop == 0.0  # one pass per batch, as then

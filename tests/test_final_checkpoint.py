@@ -18,6 +18,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.training import final_checkpoint
 from seq2seq.training.final_checkpoint import (
     SIGNIFICANCE,
+    ValidationSet,
     choose_final,
     decode_candidates,
     gather_candidates,
@@ -28,6 +29,7 @@ from seq2seq.upgrade import load_config
 
 REFERENCES = [f"a dog number {i} runs across the green field" for i in range(300)]
 WRONG = "the cat sleeps"
+VALIDATION = [ValidationSet(REFERENCES, REFERENCES)]
 
 
 def with_errors(count: int) -> list[str]:
@@ -36,22 +38,22 @@ def with_errors(count: int) -> list[str]:
 
 
 def test_identical_outputs_keep_the_preferred() -> None:
-    replaced, p_value = replaces(with_errors(10), with_errors(10), REFERENCES)
+    replaced, p_value = replaces([with_errors(10)], [with_errors(10)], VALIDATION)
     assert not replaced and p_value == 1.0
 
 
 def test_a_clearly_better_candidate_replaces_the_preferred() -> None:
-    replaced, p_value = replaces(with_errors(60), with_errors(0), REFERENCES)
+    replaced, p_value = replaces([with_errors(60)], [with_errors(0)], VALIDATION)
     assert replaced and p_value < SIGNIFICANCE
 
 
 def test_a_small_lead_keeps_the_preferred() -> None:
-    replaced, p_value = replaces(with_errors(11), with_errors(10), REFERENCES)
+    replaced, p_value = replaces([with_errors(11)], [with_errors(10)], VALIDATION)
     assert not replaced and p_value >= SIGNIFICANCE
 
 
 def test_a_higher_preferred_stays() -> None:
-    replaced, _ = replaces(with_errors(0), with_errors(60), REFERENCES)
+    replaced, _ = replaces([with_errors(0)], [with_errors(60)], VALIDATION)
     assert not replaced
 
 
@@ -95,17 +97,17 @@ def test_candidates_with_the_same_weights_are_decoded_once(
     candidates = {"best": best, "last": last, "averaged": averaged}
     decoded = []
 
-    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+    def translate(trained, decoding: DecodingConfig, validation: ValidationSet) -> list[str]:
         decoded.append(trained.model.state_dict()[first.removeprefix("model.")].sum().item())
         return with_errors(10 if decoded[-1] == best_sum else 60)
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
-    outputs, twins = decode_candidates(candidates, beam, REFERENCES)
+    outputs, twins = decode_candidates(candidates, beam, VALIDATION)
     assert decoded == [best_sum, averaged_sum] and twins == {"last": "best"}
-    assert outputs["last"] == outputs["best"] == with_errors(10)
-    assert outputs["averaged"] == with_errors(60)
+    assert outputs["last"] == outputs["best"] == [with_errors(10)]
+    assert outputs["averaged"] == [with_errors(60)]
     decoded.clear()
-    choice = choose_final(candidates, "last", beam, REFERENCES, REFERENCES)
+    choice = choose_final(candidates, "last", beam, VALIDATION)
     assert decoded == [best_sum, averaged_sum]
     assert choice.chosen == "last" and choice.val_bleu["best"] == choice.val_bleu["last"]
     assert choice.p_values["best"] == 1.0
@@ -113,7 +115,9 @@ def test_candidates_with_the_same_weights_are_decoded_once(
 
 
 def test_one_candidate_is_chosen_without_decoding(beam: DecodingConfig) -> None:
-    choice = choose_final({"best": Path("nowhere/best.ckpt")}, "averaged", beam, ["x"], ["y"])
+    choice = choose_final(
+        {"best": Path("nowhere/best.ckpt")}, "averaged", beam, [ValidationSet(["x"], ["y"])]
+    )
     assert (choice.chosen, choice.path, choice.val_bleu, choice.p_values) == (
         "best",
         Path("nowhere/best.ckpt"),
@@ -121,7 +125,7 @@ def test_one_candidate_is_chosen_without_decoding(beam: DecodingConfig) -> None:
         {},
     )
     assert "no average" in choice.summary()["reason"]
-    alone = choose_final({"last": Path("last.ckpt")}, "last", beam, ["x"], ["y"])
+    alone = choose_final({"last": Path("last.ckpt")}, "last", beam, [ValidationSet(["x"], ["y"])])
     assert alone.chosen == "last"
     assert alone.reason == "one candidate: no validation ran and no average"
 
@@ -135,13 +139,13 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
 ) -> None:
     seen = []
 
-    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+    def translate(trained, decoding: DecodingConfig, validation: ValidationSet) -> list[str]:
         seen.append((trained.stem, decoding.beam_size))
         return with_errors(errors[trained.stem])
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     candidates = {"last": Path("last.ckpt"), "averaged": Path("averaged.ckpt")}
-    choice = choose_final(candidates, "averaged", beam, REFERENCES, REFERENCES)
+    choice = choose_final(candidates, "averaged", beam, VALIDATION)
     assert sorted(seen) == [("averaged", 5), ("last", 5)]
     assert choice.chosen == chosen and choice.path == candidates[chosen]
     assert set(choice.val_bleu) == {"averaged", "last"}
@@ -162,12 +166,12 @@ def test_candidates_are_decoded_with_the_run_settings_and_recorded(
 def test_the_preferred_last_stays_unless_another_is_significantly_higher(
     beam: DecodingConfig, monkeypatch, distinct_weights, errors: dict[str, int], chosen: str
 ) -> None:
-    def translate(trained, decoding: DecodingConfig, sources: list[str]) -> list[str]:
+    def translate(trained, decoding: DecodingConfig, validation: ValidationSet) -> list[str]:
         return with_errors(errors[trained.stem])
 
     monkeypatch.setattr(final_checkpoint, "translate", translate)
     candidates = {name: Path(f"{name}.ckpt") for name in ("best", "last", "averaged")}
-    choice = choose_final(candidates, "last", beam, REFERENCES, REFERENCES)
+    choice = choose_final(candidates, "last", beam, VALIDATION)
     assert choice.chosen == chosen and choice.path == candidates[chosen]
     assert list(choice.p_values) == ["averaged", "best"]  # each against last
     assert choice.reason.startswith("validation BLEU, beam 5")
@@ -202,3 +206,29 @@ def test_a_config_from_before_prefer_checkpoint_keeps_the_average() -> None:
     assert load_config(saved).prefer_checkpoint == "averaged"  # the rule these runs ended with
     with pytest.raises(ConfigError, match="config key 'prefer_checkpoint': 'best': use averaged"):
         compose_config(["prefer_checkpoint=best"])
+
+
+def test_a_multilingual_model_is_chosen_on_the_mean_of_its_directions(
+    beam: DecodingConfig, monkeypatch, distinct_weights
+) -> None:
+    """Two directions: `last` much better on one, a little worse on the other; chosen on the
+    mean, each direction decoded with its own target language."""
+    errors = {("last", "de"): 0, ("last", "fr"): 12, ("averaged", "de"): 60, ("averaged", "fr"): 10}
+    seen = []
+
+    def translate(trained, decoding: DecodingConfig, validation: ValidationSet) -> list[str]:
+        seen.append((trained.stem, validation.target_lang))
+        return with_errors(errors[trained.stem, validation.target_lang])
+
+    monkeypatch.setattr(final_checkpoint, "translate", translate)
+    sets = [ValidationSet(REFERENCES, REFERENCES, f"en-{lang}", lang) for lang in ("de", "fr")]
+    candidates = {"last": Path("last.ckpt"), "averaged": Path("averaged.ckpt")}
+    choice = choose_final(candidates, "averaged", beam, sets)
+    assert sorted(seen) == [("averaged", "de"), ("averaged", "fr"), ("last", "de"), ("last", "fr")]
+    by_direction = choice.summary()["val_bleu_by_direction"]
+    for name in candidates:
+        mean = (by_direction[name]["en-de"] + by_direction[name]["en-fr"]) / 2
+        assert choice.val_bleu[name] == pytest.approx(mean, abs=0.01)
+    assert by_direction["last"]["en-fr"] < by_direction["averaged"]["en-fr"]
+    assert choice.chosen == "last" and choice.p_values["last"] < SIGNIFICANCE
+    assert choice.reason.startswith("mean validation BLEU, beam 5, length penalty 1.0, fp32 of 2")

@@ -10,6 +10,10 @@ statistics, and the interval is the 2.5th and 97.5th percentiles of their differ
 resamples are the same is checked: the mean of the system's resampled BLEU must equal the one
 sacreBLEU reports.
 
+A multilingual model is compared on the mean BLEU of its directions (paired_bootstrap_mean):
+each direction's test set is resampled on its own, the same resamples for both systems, and
+the p-value is sacreBLEU's, computed on the resampled means.
+
 One exception to sacreBLEU's p-value: it counts resamples whose difference is strictly above
 the observed one, so two identical systems (observed difference 0) get p = 1 / (samples + 1),
 "significant". Identical hypotheses have nothing to test, and get p = 1.
@@ -18,6 +22,7 @@ the observed one, so two identical systems (observed difference 0) get p = 1 / (
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,3 +94,37 @@ def paired_bootstrap(
         system_ci=float(other.ci),
         difference_ci=(float(low), float(high)),
     )
+
+
+@dataclass
+class MeanComparison:
+    baseline: float  # mean of the sets' corpus BLEU
+    system: float
+    p_value: float  # paired bootstrap of the mean (module docstring)
+
+    @property
+    def difference(self) -> float:
+        return self.system - self.baseline
+
+
+def paired_bootstrap_mean(
+    baselines: list[list[str]],
+    systems: list[list[str]],
+    references: list[list[str]],
+    samples: int = SAMPLES,
+) -> MeanComparison:
+    """The paired bootstrap test of `systems` against `baselines` on the mean BLEU of several
+    test sets (module docstring): for one set, sacreBLEU's own draws and p-value."""
+    seed = os.environ.get("SACREBLEU_SEED", "12345")  # as sacreBLEU's PairedTest reads it
+    rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
+    metric = BLEU()
+    observed, resampled = np.zeros(2), np.zeros((2, samples))
+    for base, system, refs in zip(baselines, systems, references, strict=True):
+        indices = rng.choice(len(refs), size=(samples, len(refs)), replace=True)
+        for row, hypotheses in enumerate((base, system)):
+            observed[row] += metric.corpus_score(hypotheses, [refs]).score / len(references)
+            resampled[row] += resampled_bleu(metric, hypotheses, refs, indices) / len(references)
+    differences = np.abs(resampled[1] - resampled[0])
+    beyond = np.sum(differences - differences.mean() > abs(observed[1] - observed[0])).item()
+    p_value = 1.0 if systems == baselines else (beyond + 1) / (samples + 1)
+    return MeanComparison(float(observed[0]), float(observed[1]), p_value)

@@ -5,6 +5,7 @@ from seq2seq.decoding import Translator   # also: from seq2seq.translator import
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 
 from seq2seq.config import RootConfig, group_config
 from seq2seq.data.corpus import normalize
+from seq2seq.data.directions import check_target, tag
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Backend, Request
 from seq2seq.decoding.config import DecodingConfig
@@ -98,6 +100,26 @@ class Translator:
     def training_config(self) -> RootConfig | None:
         """The configuration of the run that trained the model, when recorded."""
         return self.backend.training_config
+
+    @functools.cached_property
+    def tag_id(self) -> int | None:
+        """The id of the tag that leads every source of a multilingual model: that of
+        decoding.target_lang, which such a model needs (directions.check_target); None for a
+        one-direction model. Without the training config, the tag of decoding.target_lang
+        when it is set, as the vocabulary holds it."""
+        target_lang = self.decoding.target_lang
+        if self.training_config is not None:
+            target_lang = check_target(self.training_config.data, target_lang)
+        if target_lang is None:
+            return None
+        try:
+            return self.tokenizer.piece_id(tag(target_lang))
+        except KeyError:
+            raise ConfigError(
+                f"config key 'decoding.target_lang': '{target_lang}', and this model's "
+                f"vocabulary has no {tag(target_lang)} tag: it is not a multilingual model "
+                "writing that language"
+            ) from None
 
     def translate(
         self,
@@ -215,7 +237,8 @@ class Translator:
         """SentencePiece ids of the normalised lines (numbered `numbers`), each within the
         model's positions."""
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
-        limit = self.backend.max_len - 1  # positions, less one for EOS
+        tagged = self.tag_id is not None
+        limit = self.backend.max_len - 1 - tagged  # positions, less one for EOS and the tag
         for number, seq in zip(numbers, ids, strict=True):
             if len(seq) <= limit:
                 continue
@@ -229,4 +252,6 @@ class Translator:
                 "%s, line %d: %d source tokens, truncated to %d", where, number, len(seq), limit
             )
             del seq[limit:]
+        if tagged:  # an empty line stays empty: it is not decoded
+            ids = [[self.tag_id, *seq] if seq else seq for seq in ids]
         return ids

@@ -40,7 +40,7 @@ from seq2seq.training.callbacks import (
     ValidateAtMaxSteps,
 )
 from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
-from seq2seq.training.final_checkpoint import choose_final, gather_candidates
+from seq2seq.training.final_checkpoint import ValidationSet, choose_final, gather_candidates
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.precision import resolve_precision
 
@@ -286,6 +286,25 @@ def average_last(checkpoints: Path, k: int) -> Path | None:
     return output
 
 
+def validation_sets(data: TranslationDataModule) -> list[ValidationSet]:
+    """The pairs validation decoded (all of each validation split, or its data.val_subset
+    sample), raw, for choosing the final checkpoint: one set, or one per direction."""
+    sets = []
+    for key in data.validation_keys():
+        sources, references = data.raw_pairs(key)
+        sample = data.validation_sample(key)
+        if sample is not None:
+            sources, references = (
+                [side[i] for i in sample.indices] for side in (sources, references)
+            )
+        direction = data.prepared.direction[key]
+        if data.multilingual:
+            sets.append(ValidationSet(sources, references, direction.name, direction.tgt))
+        else:
+            sets.append(ValidationSet(sources, references))
+    return sets
+
+
 def train(config: RootConfig, run_dir: Path) -> dict | None:
     """Fit and average; return a summary naming the checkpoint to use (averaged/best/last).
 
@@ -333,12 +352,10 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         averaged,
         config.prefer_checkpoint,
     )
-    sources, references = data.raw_pairs(config.data.val_split)
-    sample = data.validation_sample()  # data.val_subset: the pairs validation decoded
-    if sample is not None:
-        sources, references = ([side[i] for i in sample.indices] for side in (sources, references))
     choosing = time.perf_counter()  # after the training clock: not part of trainer.max_time
-    final = choose_final(candidates, config.prefer_checkpoint, config.decoding, sources, references)
+    final = choose_final(
+        candidates, config.prefer_checkpoint, config.decoding, validation_sets(data)
+    )
     choice_seconds = time.perf_counter() - choosing
     log.info("final checkpoint: %s (%s), chosen in %.0fs", final.path, final.reason, choice_seconds)
     metrics = trainer.callback_metrics

@@ -1,0 +1,236 @@
+"""Multilingual runs: several directions in one model, the target language as a tag on the
+source (one SentencePiece piece), a balanced joint vocabulary, and each epoch's mixture of the
+directions drawn by temperature from (seed, epoch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import FP32, compose_config, toy_corpus, write_lines
+
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.directions import check_target, directions, tag, target_languages, zero_shot
+from seq2seq.data.mixture import MixtureSplit, TaggedSplit, draw, epoch_counts, mixture_shares
+from seq2seq.data.tokenizer import balanced_sample
+from seq2seq.errors import ConfigError
+
+LANGUAGES = ("en", "xx", "yy")
+
+
+def toy_languages(n: int = 300) -> dict[str, list[str]]:
+    """Three aligned toy languages: en, xx (en upper-cased and reversed), yy (each en word with
+    an "o" added)."""
+    en, xx = toy_corpus(n)
+    return {"en": en, "xx": xx, "yy": [" ".join(w + "o" for w in s.split()) for s in en]}
+
+
+@pytest.fixture
+def aligned_files(tmp_path: Path) -> Path:
+    """train/val/test.<lang> of the three toy languages, line i of each a translation."""
+    data = tmp_path / "aligned"
+    data.mkdir()
+    for lang, lines in toy_languages().items():
+        for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
+            write_lines(data / f"{split}.{lang}", lines[lo:hi])
+    return data
+
+
+def multilingual_overrides(data: Path, cache: Path, directions: str = "[en-xx,en-yy]") -> list:
+    return [
+        FP32,
+        "data=parallel_files",
+        f"data.dir={data}",
+        f"paths.cache_dir={cache}",
+        *(
+            f"data.splits.{split}.{side}='{split}.{{{side}}}'"  # quoted: Hydra's grammar
+            for split in ("train", "val", "test")
+            for side in ("src", "tgt")
+        ),
+        f"data.directions={directions}",
+        "tokenizer.vocab_size=70",
+        "tokenizer.byte_fallback=false",
+    ]
+
+
+def prepared_module(data: Path, tmp_path: Path, *overrides: str) -> TranslationDataModule:
+    config = compose_config([*multilingual_overrides(data, tmp_path / "cache"), *overrides])
+    module = TranslationDataModule(config, tmp_path / "run")
+    module.setup()
+    return module
+
+
+def test_each_direction_reads_its_own_files(aligned_files: Path, tmp_path: Path) -> None:
+    config = compose_config(multilingual_overrides(aligned_files, tmp_path / "cache"))
+    found = directions(config.data)
+    assert [d.name for d in found] == ["en-xx", "en-yy"]
+    assert config.data.multilingual and target_languages(config.data) == ["xx", "yy"]
+    module = prepared_module(aligned_files, tmp_path)
+    files = module.prepared.files
+    assert set(files) == {f"{s}.en-{t}" for s in ("train", "val", "test") for t in ("xx", "yy")}
+    assert (files["val.en-yy"].src.name, files["val.en-yy"].tgt.name) == ("val.en", "val.yy")
+    assert module.references("test.en-xx") == toy_languages()["xx"][270:300]
+
+
+def test_one_direction_keeps_its_keys_and_takes_no_tag(aligned_files: Path, tmp_path: Path) -> None:
+    module = prepared_module(
+        aligned_files, tmp_path, "data.directions=[]", "data.src_lang=en", "data.tgt_lang=yy"
+    )
+    assert not module.multilingual
+    assert set(module.prepared.splits) == {"train", "val", "test"}
+    assert module.dataset("val", shuffle=False) is module.prepared.splits["val"]
+    assert module.references("val") == toy_languages()["yy"][240:270]
+
+
+def test_tags_are_single_pieces_served_before_each_source(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    module = prepared_module(aligned_files, tmp_path)
+    tokenizer = module.tokenizer
+    ids = {lang: tokenizer.piece_id(tag(lang)) for lang in ("xx", "yy")}
+    assert len(set(ids.values())) == 2
+    for lang, id_ in ids.items():
+        assert tokenizer.src.encode(tag(lang), out_type=str)[-1] == tag(lang)
+        assert tokenizer.src.id_to_piece(id_) == tag(lang)
+    with pytest.raises(KeyError):
+        tokenizer.piece_id(tag("en"))  # no direction writes English
+    for key, lang in (("val.en-xx", "xx"), ("val.en-yy", "yy")):
+        encoded, served = module.prepared.splits[key], module.dataset(key, shuffle=False)
+        assert isinstance(served, TaggedSplit)
+        for i in (0, 7, len(encoded) - 1):
+            index, src, tgt = encoded[i]
+            tagged = served[i]
+            assert tagged[0] == index
+            assert tagged[1].tolist() == [ids[lang], *src.tolist()]
+            assert tagged[2].tolist() == tgt.tolist()
+        assert np.array_equal(served.src_lens, encoded.src_lens + 1)
+        # the cached encoding is the one-direction encoding: no tag stored
+        assert ids[lang] not in np.asarray(encoded.src).tolist()
+
+
+def test_the_joint_sample_counts_a_shared_side_once(aligned_files: Path, tmp_path: Path) -> None:
+    module = prepared_module(aligned_files, tmp_path)
+    (settings,) = (tmp_path / "cache" / "tokenizer").glob("*/settings.json")
+    languages = json.loads(settings.read_text())["inputs"]["languages"]
+    assert sorted(languages) == list(LANGUAGES)
+    assert all(len(files) == 1 for files in languages.values())  # train.en once, not twice
+    assert module.tokenizer.joint
+
+
+def test_balanced_sample_gives_each_language_as_many_sentences() -> None:
+    texts = {
+        "big": [lambda: (f"b{i}" for i in range(10))],
+        "small": [lambda: ["s0", "s1", "s2"], lambda: ["s3"]],  # two sources, chained
+    }
+    sample = balanced_sample(texts, 0, seed=1)
+    big = [x for x in sample if x.startswith("b")]
+    small = [x for x in sample if x.startswith("s")]
+    assert sorted(big) == sorted(f"b{i}" for i in range(10))
+    assert len(small) == 10  # 4 sentences, twice whole, then 2 drawn
+    counts = {x: small.count(x) for x in set(small)}
+    assert set(counts) == {"s0", "s1", "s2", "s3"} and set(counts.values()) <= {2, 3}
+    capped = balanced_sample(texts, 8, seed=1)  # 8 / 2 languages: 4 each
+    assert len(capped) == 8 and sum(x.startswith("b") for x in capped) == 4
+    assert balanced_sample(texts, 0, seed=1) == sample  # seeded
+
+
+def test_mixture_shares_follow_the_temperature() -> None:
+    sizes = [9000, 1000]
+    assert np.allclose(mixture_shares(sizes, 1.0), [0.9, 0.1])
+    t5 = mixture_shares(sizes, 5.0)
+    expected = np.array([0.9, 0.1]) ** 0.2
+    assert np.allclose(t5, expected / expected.sum())
+    assert np.allclose(mixture_shares(sizes, 1e9), [0.5, 0.5])
+    for temperature in (1.0, 2.0, 5.0, 100.0):
+        counts = epoch_counts([9000, 1000, 7], temperature)
+        assert counts.sum() == 10007
+    assert epoch_counts(sizes, 1.0).tolist() == sizes
+
+
+def test_draw_repeats_a_small_direction_evenly() -> None:
+    rng = np.random.default_rng(0)
+    drawn = draw(4, 10, rng)
+    assert len(drawn) == 10 and sorted(set(drawn.tolist())) == [0, 1, 2, 3]
+    assert sorted(np.bincount(drawn).tolist()) == [2, 2, 3, 3]
+    assert sorted(draw(5, 5, rng).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_an_epochs_mixture_depends_on_seed_and_epoch_alone(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    module = prepared_module(aligned_files, tmp_path, "data.mix_temperature=3")
+    mixture = module.dataset("train", shuffle=True)
+    assert isinstance(mixture, MixtureSplit)
+    parts = mixture.parts
+    served = {}
+    for epoch in (0, 1, 0):
+        lengths = mixture.lengths(epoch)
+        items = [mixture[k] for k in range(len(mixture))]
+        if epoch in served:
+            assert [(s.tolist(), t.tolist()) for _, s, t in items] == served[epoch]
+        served[epoch] = [(s.tolist(), t.tolist()) for _, s, t in items]
+        assert [len(s) for _, s, _ in items] == lengths[0].tolist()
+        assert [len(t) for _, _, t in items] == lengths[1].tolist()
+    assert served[0] != served[1]
+    # T = 1 and equal sizes: every pair of every direction once per epoch
+    module = prepared_module(aligned_files, tmp_path / "t1")
+    mixture = module.dataset("train", shuffle=True)
+    mixture.lengths(0)
+    got = sorted((s.tolist(), t.tolist()) for _, s, t in (mixture[k] for k in range(len(mixture))))
+    want = sorted(
+        (s.tolist(), t.tolist()) for p in parts for _, s, t in (p[i] for i in range(len(p)))
+    )
+    assert got == want
+
+
+def test_validation_decodes_each_direction(aligned_files: Path, tmp_path: Path) -> None:
+    module = prepared_module(aligned_files, tmp_path)
+    assert module.validation_keys() == ["val.en-xx", "val.en-yy"]
+    loaders = module.val_dataloader()
+    assert len(loaders) == 2
+    batch = next(iter(loaders[1]))
+    assert (batch.src[:, 0] == module.tokenizer.piece_id(tag("yy"))).all()
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "says"),
+    [
+        ("data.directions=[en-xx,en]", "data.directions", "not a direction"),
+        ("data.directions=[en-xx,en-en]", "data.directions", "not a direction"),
+        ("data.directions=[en-xx,en-xx]", "data.directions", "also a direction"),
+        ("data.bpe_dropout=0.1", "data.bpe_dropout", "multilingual"),
+        ("data.num_workers=2", "data.num_workers", "multilingual"),
+        ("tokenizer.joint=false", "tokenizer.joint", "one vocabulary"),
+        ("data.mix_temperature=0", "data.mix_temperature", "> 0"),
+        ("data.filter.max_len=255", "data.filter.max_len", "and the tag"),
+    ],
+)
+def test_bad_multilingual_settings_are_refused(
+    aligned_files: Path, tmp_path: Path, override: str, key: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}'.*{says}"):
+        compose_config([*multilingual_overrides(aligned_files, tmp_path), override])
+
+
+def test_multi30k_directions_must_be_its_languages(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown language 'nso' for multi30k"):
+        compose_config(["data.directions=[en-de,en-nso]"])
+    config = compose_config(["data.directions=[en-de,en-fr,en-cs]"])
+    assert [d.data.splits["train"].src for d in directions(config.data)] == ["train.{src}.gz"] * 3
+    assert target_languages(config.data) == ["cs", "de", "fr"]
+
+
+def test_the_target_language_is_required_and_checked() -> None:
+    config = compose_config(["data.directions=[en-de,en-fr]"])
+    assert check_target(config.data, "fr") == "fr"
+    with pytest.raises(ConfigError, match="unset.*de, fr.*decoding.target_lang=de"):
+        check_target(config.data, None)
+    with pytest.raises(ConfigError, match="'cs' is not a language this model writes; choose one"):
+        check_target(config.data, "cs")
+    one = compose_config([])
+    assert check_target(one.data, None) is None and check_target(one.data, "de") is None
+    with pytest.raises(ConfigError, match="translates en->de only"):
+        check_target(one.data, "fr")
+    assert zero_shot(config.data, "de", "fr") and not zero_shot(config.data, "en", "fr")
