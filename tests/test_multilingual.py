@@ -4,6 +4,7 @@ directions drawn by temperature from (seed, epoch)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -234,3 +235,147 @@ def test_the_target_language_is_required_and_checked() -> None:
     with pytest.raises(ConfigError, match="translates en->de only"):
         check_target(one.data, "fr")
     assert zero_shot(config.data, "de", "fr") and not zero_shot(config.data, "en", "fr")
+
+
+@pytest.fixture(scope="module")
+def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny en->xx, en->yy model trained 2 epochs, with its final choice and test scores."""
+    from seq2seq.train import train_and_evaluate
+
+    work = tmp_path_factory.mktemp("multilingual")
+    data = work / "aligned"
+    data.mkdir()
+    for lang, lines in toy_languages().items():
+        for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
+            write_lines(data / f"{split}.{lang}", lines[lo:hi])
+    overrides = [
+        *multilingual_overrides(data, work / "cache"),
+        "model=transformer_tiny",
+        "model.max_len=64",
+        "data.filter.max_len=60",
+        "data.max_tokens=256",
+        "decoding=greedy",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=4",
+        "trainer.num_sanity_val_steps=0",
+        "average_last=2",
+        "prefer_checkpoint=last",
+    ]
+    train_and_evaluate(compose_config(overrides), work / "run")
+    return work / "run"
+
+
+def test_a_multilingual_run_validates_chooses_and_tests_per_direction(
+    multilingual_run: Path,
+) -> None:
+    from seq2seq.analysis.learning_curves import read_metrics
+
+    rows = [r for r in read_metrics([multilingual_run / "metrics.csv"]) if r.get("val/bleu")]
+    assert len(rows) == 2
+    for row in rows:
+        mean = (float(row["val/bleu/en-xx"]) + float(row["val/bleu/en-yy"])) / 2
+        assert float(row["val/bleu"]) == pytest.approx(mean)
+        assert row["val/loss/en-xx"] and row["val/loss/en-yy"]
+    summary = json.loads((multilingual_run / "run_summary.json").read_text())
+    assert set(summary["test"]) == {"test.en-xx", "test.en-yy"}
+    assert all(not s.get("zero_shot") for s in summary["test"].values())
+    choice = summary["final_checkpoint_choice"]
+    assert set(choice["val_bleu_by_direction"]["last"]) == {"en-xx", "en-yy"}
+    assert choice["reason"].startswith("mean validation BLEU, greedy, fp32 of 2 directions")
+
+
+def test_a_multilingual_model_translates_into_the_language_asked_for(
+    multilingual_run: Path,
+) -> None:
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.translator import Translator
+
+    final = Path(
+        json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    )
+    unset = Translator.from_checkpoint(final, group_config("decoding/greedy", DecodingConfig))
+    with pytest.raises(ConfigError, match="unset, and this model writes xx, yy"):
+        unset.translate(["a dog"])
+    greedy = group_config("decoding/greedy", DecodingConfig, ["target_lang=yy"])
+    translator = Translator.from_checkpoint(final, greedy)
+    lines = toy_languages()["en"][270:275] + [""]
+    ids = translator.source_ids(lines, "input", list(range(1, 7)))
+    yy = translator.tokenizer.piece_id(tag("yy"))
+    assert [seq[0] for seq in ids[:5]] == [yy] * 5 and ids[5] == []  # empty stays empty
+    assert [seq[1:] for seq in ids[:5]] == translator.tokenizer.encode_src(lines[:5])
+    bad = group_config("decoding/greedy", DecodingConfig, ["target_lang=en"])
+    with pytest.raises(ConfigError, match="'en' is not a language this model writes"):
+        Translator.from_checkpoint(final, bad).translate(["a dog"])
+
+
+def test_evaluate_reports_an_untrained_direction_as_zero_shot(multilingual_run: Path) -> None:
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.evaluate import evaluate_checkpoint
+
+    final = Path(
+        json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    )
+    greedy = group_config("decoding/greedy", DecodingConfig)
+    scores = evaluate_checkpoint(final, greedy, {"directions": ["xx-yy", "en-yy"]})
+    assert set(scores["test_sets"]) == {"test.xx-yy", "test.en-yy"}
+    assert scores["test_sets"]["test.xx-yy"]["zero_shot"] is True
+    assert "zero_shot" not in scores["test_sets"]["test.en-yy"]
+    summary = json.loads((multilingual_run / "run_summary.json").read_text())
+    assert scores["test_sets"]["test.en-yy"]["bleu"] == summary["test"]["test.en-yy"]["bleu"]
+
+
+def test_the_ctranslate2_export_tags_its_sources_as_ours(
+    multilingual_run: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("ctranslate2", reason="needs the deploy extra: .[deploy]")
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.translator import Translator
+    from seq2seq.export import export_checkpoint
+
+    final = Path(
+        json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    )
+    directory = export_checkpoint(final, tmp_path / "ct2")
+    lines = toy_languages()["en"][240:270]
+    for lang in ("xx", "yy"):
+        greedy = group_config("decoding/greedy", DecodingConfig, [f"target_lang={lang}"])
+        ours = Translator.from_checkpoint(final, greedy).translate(lines)
+        exported = Translator.from_checkpoint(directory, greedy)
+        assert exported.backend.name.startswith("ctranslate2")
+        assert exported.translate(lines) == ours
+
+
+def test_the_server_takes_the_target_language_per_request(multilingual_run: Path) -> None:
+    testclient = pytest.importorskip("fastapi.testclient")
+    from seq2seq.decoding.translator import Translator, load_backend
+    from seq2seq.serving.app import create_app
+    from seq2seq.serving.config import ServeConfig
+
+    final = Path(
+        json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    )
+    backend = load_backend(final)
+    config = compose_config([f"ckpt_path={final}", "decoding=greedy"], "serve", ServeConfig)
+    lines = toy_languages()["en"][240:243]
+    with testclient.TestClient(create_app(backend, config)) as client:
+        assert client.get("/model").json()["target_languages"] == ["xx", "yy"]
+        unset = client.post("/translate", json={"sentences": lines})
+        assert (
+            unset.status_code == 422
+            and "choose one, e.g. decoding.target_lang=xx" in (unset.json()["error"])
+        )
+        wrong = client.post(
+            "/translate", json={"sentences": lines, "decoding": {"target_lang": "en"}}
+        )
+        assert wrong.status_code == 422 and "choose one of xx, yy" in wrong.json()["error"]
+        for lang in ("xx", "yy"):
+            asked = dataclasses.replace(config.decoding, target_lang=lang)
+            expected = Translator(backend, backend.tokenizer, asked).translate(lines)
+            answer = client.post(
+                "/translate", json={"sentences": lines, "decoding": {"target_lang": lang}}
+            )
+            assert answer.status_code == 200
+            assert [n[0]["text"] for n in answer.json()["translations"]] == expected

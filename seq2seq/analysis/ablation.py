@@ -20,6 +20,10 @@ or never started (jobs of Hydra's multirun.yaml without a directory) are named u
 which holds the finished ones. Relative paths in a summary are read from the
 directory the run was started in (Hydra's `.hydra/hydra.yaml` records it), or else from the run
 directory.
+
+A sweep of multilingual models is reported per direction when no test set is named: one report
+for each test set of each direction (`<set>.<src>-<tgt>/ablation.md`), and an ablation.md that
+lists them with each variant's mean test BLEU per direction.
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ from seq2seq.analysis.significance import SAMPLES, Comparison, paired_bootstrap 
 from seq2seq.concurrency import FAILED_FILE  # noqa: E402
 from seq2seq.config import validate_config  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
+from seq2seq.data.directions import directions  # noqa: E402
 from seq2seq.errors import DataError, Seq2SeqError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
 from seq2seq.model.config import ModelConfig  # noqa: E402
-from seq2seq.upgrade import upgrade_config  # noqa: E402
+from seq2seq.upgrade import load_config, upgrade_config  # noqa: E402
 
 SIGNIFICANCE = 0.05
 
@@ -398,6 +403,29 @@ def write_report(
     plt.close(fig)
 
 
+def direction_test_sets(run_dir: Path) -> list[str]:
+    """The test sets a multilingual run scored, one per direction and set (`<set>.<src>-<tgt>`,
+    as run_summary.json names them); none for a one-direction run."""
+    data = load_config(yaml.safe_load((run_dir / "config.yaml").read_text())).data
+    if not data.multilingual:
+        return []
+    return [f"{name}.{d.name}" for d in directions(data) for name in d.data.test_sets]
+
+
+def report_per_direction(sweep: Path, baseline: str, test_sets: list[str], output: Path) -> Path:
+    """A report per direction's test set (module docstring), and ablation.md listing them."""
+    lines = ["| test set | report | test BLEU by variant |", "|---|---|---|"]
+    for test_set in test_sets:
+        report = ablation_report(sweep, baseline, test_set, None, output / test_set)
+        with open(report.with_suffix(".csv"), newline="") as f:
+            means = "; ".join(f"{r['variant']} {r['test BLEU']}" for r in csv.DictReader(f))
+        link = f"[{test_set}/ablation.md]({test_set}/ablation.md)"
+        lines.append(f"| {test_set} | {link} | {means} |")
+    with atomic_path(output / "ablation.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    return output / "ablation.md"
+
+
 def ablation_report(
     sweep: Path,
     baseline: str,
@@ -406,9 +434,18 @@ def ablation_report(
     output: Path | None = None,
 ) -> Path:
     """Write ablation.md, .csv and .png for the runs of `sweep` (into `output`, default the
-    sweep directory); return the Markdown file."""
+    sweep directory), or for multilingual runs a report per direction (module docstring);
+    return the Markdown file."""
     directories = sorted(p.parent for p in sweep.glob("*/.hydra"))
     finished = [d for d in directories if (d / "run_summary.json").is_file()]
+    per_direction = direction_test_sets(finished[0]) if finished and test_set is None else []
+    if per_direction:
+        if references is not None:
+            raise DataError(
+                "references=... is one file, and these multilingual runs have a test set per "
+                f"direction ({', '.join(per_direction)}); name one with test_set=..."
+            )
+        return report_per_direction(sweep, baseline, per_direction, output or sweep)
     missing = not_finished(sweep, directories, finished)
     if not finished:
         listing = "".join(f"\n  {line}" for line in missing)

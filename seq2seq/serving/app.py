@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from seq2seq.analysis.attention import Attention, attention_of
+from seq2seq.data.directions import check_target, target_languages
 from seq2seq.decoding.backend import Backend
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.torch_backend import TorchBackend
@@ -146,6 +147,8 @@ def model_summary(backend: Backend, config: ServeConfig, attention: bool) -> dic
         "checkpoints": [Path(path).name for path in (config.ckpt_path, *config.checkpoints)],
         "attention": attention,
         "model": dataclasses.asdict(training.model) if training else None,
+        # a multilingual model's: what decoding.target_lang may ask for (none: one direction)
+        "target_languages": target_languages(training.data) if training else [],
         "decoding": dataclasses.asdict(config.decoding),
         "limits": dataclasses.asdict(config.limits),
     }
@@ -192,6 +195,8 @@ def create_app(
         try:
             parsed.check(config.limits)
             decoding = parsed.decoding.applied_to(config.decoding)
+            if backend.training_config is not None:  # refused before it waits for a batch
+                check_target(backend.training_config.data, decoding.target_lang)
             if parsed.attention and service.model is None:
                 raise ConfigError(
                     f"attention: this server decodes with {backend.name}; attention maps need "

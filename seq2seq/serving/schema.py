@@ -29,6 +29,7 @@ class DecodingOptions(BaseModel):
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    target_lang: str | None = None  # a multilingual model: the language to write
 
     def applied_to(self, decoding: DecodingConfig) -> DecodingConfig:
         """The server's decoding with these options; a bad combination is refused by the same

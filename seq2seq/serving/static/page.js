@@ -48,6 +48,10 @@ async function loadModel() {
   }
   $("beam").value = d.beam_size;
   $("nbest").value = d.nbest;
+  // a multilingual model: the language to translate into, the server's default first
+  for (const lang of summary.target_languages) option($("target"), lang, lang);
+  if (d.target_lang) $("target").value = d.target_lang;
+  $("target-label").hidden = !summary.target_languages.length;
   return summary;
 }
 
@@ -199,6 +203,7 @@ async function translate(event, summary) {
     decoding: { beam_size: Number($("beam").value), nbest: Number($("nbest").value) },
     attention: summary.attention,
   };
+  if (summary.target_languages.length) body.decoding.target_lang = $("target").value;
   setStatus("translating\u2026", false);
   const response = await fetch("/translate", {
     method: "POST",
