@@ -13,6 +13,7 @@ from rich.table import Table
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
 from seq2seq.data.datamodule import PreparedData, TranslationDataModule
+from seq2seq.data.directions import describe_data
 from seq2seq.decoding.search import output_len_limit
 from seq2seq.training.recipe import derive
 
@@ -76,15 +77,16 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
         else f"{tok.src_vocab_size} src / {tok.tgt_vocab_size} tgt"
     )
     caption = length_limits(config, module.model_positions())
-    sample = module.validation_sample()
-    if sample is not None:
-        caption += (
-            f"\n{config.data.val_split}: validation in training decodes a seeded random sample "
-            f"of {len(sample)} of its pairs (data.val_subset), and the final checkpoint is chosen "
-            "on them."
-        )
+    for key in module.validation_keys():
+        sample = module.validation_sample(key)
+        if sample is not None:
+            caption += (
+                f"\n{key}: validation in training decodes a seeded random sample of "
+                f"{len(sample)} of its pairs (data.val_subset), and the final checkpoint is "
+                "chosen on them."
+            )
     table = Table(
-        title=f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}: "
+        title=f"{describe_data(config.data)}: "
         f"vocabulary {vocab} ({config.tokenizer.model_type}), "
         f"batches at data.max_tokens={config.data.max_tokens}"
         + (
@@ -116,9 +118,10 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
             justify="left" if column == "split" else "right",
             no_wrap="tokens" not in column,
         )
+    mixed = module.multilingual  # its training batches mix the directions: below the table
     for name, split in prepared.splits.items():
-        training = name == config.data.train_split
-        sampler = module.batch_sampler(name, shuffle=training)
+        training = name in module.train_keys()
+        sampler = module.batch_sampler(name, shuffle=training and not mixed)
         # training: an epoch after the bidirectional ones (evaluation batches have no epoch)
         sampler.set_epoch(config.data.bidirectional_epochs)
         c = split.counts
@@ -136,11 +139,32 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
             "-" if cuts is None else share(cuts.beyond_output, len(split)),
             f"{np.mean(src_lens):.1f}/{src_lens.max()}",
             f"{np.mean(tgt_lens):.1f}/{tgt_lens.max()}",
-            str(len(sampler)),
-            str(sampler.shapes()),
-            f"{100 * sampler.padding_fraction():.1f}%",
+            *(
+                ("-", "-", "-")
+                if training and mixed
+                else (
+                    str(len(sampler)),
+                    str(sampler.shapes()),
+                    f"{100 * sampler.padding_fraction():.1f}%",
+                )
+            ),
         )
     return table
+
+
+def mixture_line(config: RootConfig, module: TranslationDataModule) -> str:
+    """A multilingual run's training epoch: each direction's pairs in it, and its batches."""
+    mixture = module.dataset(config.data.train_split, shuffle=True)
+    shares = ", ".join(
+        f"{key.rsplit('.', 1)[1]} {count}"
+        for key, count in zip(module.train_keys(), mixture.counts, strict=True)
+    )
+    sampler = module.batch_sampler(config.data.train_split, shuffle=True)
+    return (
+        f"training epoch (data.mix_temperature={config.data.mix_temperature:g}): "
+        f"{len(mixture)} pairs ({shares}), {len(sampler)} batches, {sampler.shapes()} shapes, "
+        f"{100 * sampler.padding_fraction():.1f}% padding"
+    )
 
 
 @entrypoint(config_name="train")
@@ -155,6 +179,8 @@ def main(config: RootConfig) -> None:
     if not console.is_terminal:  # logs and pipes: no wrapping of the table
         console = Console(width=160)
     console.print(summary(config, prepared, module))
+    if module.multilingual:
+        console.print(mixture_line(config, module))
     both = config.data.bidirectional_epochs
     if both:
         sampler = module.batch_sampler(config.data.train_split, shuffle=True)  # epoch 0

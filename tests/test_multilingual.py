@@ -379,3 +379,21 @@ def test_the_server_takes_the_target_language_per_request(multilingual_run: Path
             )
             assert answer.status_code == 200
             assert [n[0]["text"] for n in answer.json()["translations"]] == expected
+
+
+def test_prepare_summarises_each_direction_and_the_mixture(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    from helpers import run
+
+    overrides = multilingual_overrides(aligned_files, tmp_path / "cache")
+    result = run(
+        "prepare", tmp_path, *(o.replace("'", "") for o in overrides), "data.val_subset=10"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "multilingual en-xx, en-yy: vocabulary 70 joint" in out
+    assert "training epoch (data.mix_temperature=1): 480 pairs (en-xx 240, en-yy 240)" in out
+    for key in ("train.en-xx", "val.en-yy", "test.en-xx"):
+        assert key in out
+    assert "val.en-yy: validation in training decodes a seeded random sample of 10" in out

@@ -280,6 +280,10 @@ class TranslationDataModule(pl.LightningDataModule):
             )
             split.truncate(limit)
 
+    def train_keys(self) -> list[str]:
+        """The training splits: data.train_split, or each direction's."""
+        return [split_key(d.data.train_split, d, self.multilingual) for d in self.directions]
+
     def validation_keys(self) -> list[str]:
         """The splits validation decodes: data.val_split, or each direction's."""
         return [split_key(d.data.val_split, d, self.multilingual) for d in self.directions]
@@ -336,7 +340,7 @@ class TranslationDataModule(pl.LightningDataModule):
         assert self.prepared is not None, "call setup() first"
         if self.multilingual and shuffle:
             if self._mixture is None:
-                keys = [split_key(d.data.train_split, d, True) for d in self.directions]
+                keys = self.train_keys()
                 parts = [TaggedSplit(self.prepared.splits[k], self.tag_id(k)) for k in keys]
                 self._mixture = MixtureSplit(
                     parts, self.config.data.mix_temperature, self.config.seed

@@ -61,6 +61,13 @@ def directions(data: DataConfig) -> list[Direction]:
     return found
 
 
+def describe_data(data: DataConfig) -> str:
+    """The corpus and direction ("multi30k en->de"), or a multilingual run's directions."""
+    if data.multilingual:
+        return "multilingual " + ", ".join(d.name for d in directions(data))
+    return f"{data.name} {data.src_lang}->{data.tgt_lang}"
+
+
 def tag(lang: str) -> str:
     """The piece in front of a source asking for `lang`."""
     return f"<2{lang}>"

@@ -28,6 +28,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from seq2seq.concurrency import thread_budget
 from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.directions import describe_data
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
 from seq2seq.errors import CheckpointError, ConfigError, TrainingError, install_hint
@@ -254,7 +255,7 @@ def resolve_resume(config: RootConfig, run_dir: Path) -> str | None:
 def describe(config: RootConfig, tokenizer: Tokenizer) -> str:
     settings = config.tokenizer
     return (
-        f"{config.data.name} {config.data.src_lang}->{config.data.tgt_lang}, "
+        f"{describe_data(config.data)}, "
         f"{settings.model_type} {settings.vocab_size} "
         f"{'joint' if settings.joint else 'separate'} (fingerprint "
         f"{tokenizer.fingerprint[:12]})"
