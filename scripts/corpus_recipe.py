@@ -176,8 +176,7 @@ def main() -> None:
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     test = summary["test"][test_set]
     hypotheses = read_lines(Path(test["hypotheses"]))
-    data = config["data"]
-    references = read_lines(Path(data["dir"]) / data["splits"][test_set]["tgt"])
+    references = read_lines(Path(test["references"]))
     result = {
         "command": " ".join(["python", "scripts/corpus_recipe.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

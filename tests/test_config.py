@@ -19,6 +19,7 @@ from test_docs import anchors
 
 from seq2seq.config import RootConfig, config_to_dict, several_processes, validate_config
 from seq2seq.data.batching import TokenBudgetBatchSampler
+from seq2seq.data.corpus import split_paths
 from seq2seq.errors import ConfigError
 from seq2seq.evaluate import EvaluateConfig
 from seq2seq.export import ExportConfig
@@ -83,8 +84,8 @@ def test_defaults_are_multi30k_en_de() -> None:
         "en",
         "de",
     )
-    assert config.data.splits["train"].src == "train.en.gz"
-    assert config.data.splits["test_2016_flickr"].tgt == "test_2016_flickr.de.gz"
+    assert split_paths(config.data, "train").src.name == "train.en.gz"
+    assert split_paths(config.data, "test_2016_flickr").tgt.name == "test_2016_flickr.de.gz"
     languages = config.data.languages
     assert languages == ["en", "de", "fr", "cs"]
     assert set(config.data.download.sha256) == {
@@ -95,8 +96,8 @@ def test_defaults_are_multi30k_en_de() -> None:
 
 def test_language_override_reaches_file_names() -> None:
     config = compose_config(["data.src_lang=fr", "data.tgt_lang=en"])
-    assert config.data.splits["val"].src == "val.fr.gz"
-    assert config.data.splits["val"].tgt == "val.en.gz"
+    val = split_paths(config.data, "val")
+    assert (val.src.name, val.tgt.name) == ("val.fr.gz", "val.en.gz")
 
 
 @functools.cache

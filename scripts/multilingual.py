@@ -1,0 +1,207 @@
+"""Multilingual training measured as docs/multilingual.md reports it: one run of
+multi30k_cpu_1h_tuned on several directions (or one) for a given clock, each direction's test
+BLEU (sacreBLEU 13a and intl, chrF) and the share of outputs in another language than asked
+(langid, restricted to the model's languages), the updates the clock held, and the machine.
+
+    python scripts/multilingual.py --directions en-de,en-fr,en-cs --minutes 60 --seed 1234 \
+        --json docs/bench/multilingual/m30k-3dir-60min-1234.json
+    python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
+    python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
+    python scripts/multilingual.py --zero-shot de-fr,fr-de --run <run dir of a multilingual run>
+
+A direction is `<src>-<tgt>` of Multi30k (test_2016_flickr), `en-nso` (Autshumato: dev and
+test), or `<src>-<tgt>:<pairs>`, a seeded sample of that many Multi30k training pairs (written
+under --work). `--zero-shot` scores an existing run's final checkpoint on Multi30k directions
+it was not trained on. Extra Hydra overrides go after `--`. Needs langid (`.[bench]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from corpus_recipe import DATA, ROOT, machine, scores, subset
+from langid.langid import LanguageIdentifier, model
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.io import atomic_path
+
+
+def corpus_entry(name: str, folder: Path, files: dict[str, tuple[str, str]], direction: str) -> str:
+    """`+data.corpora.<name>={...}`: a further corpus of one direction, as a Hydra override."""
+    splits = ",".join(
+        f"{split}:{{src:'{src}',tgt:'{tgt}',tsv:null}}" for split, (src, tgt) in files.items()
+    )
+    return (
+        f"+data.corpora.{name}={{dir:'{folder}',languages:null,directions:[{direction}],"
+        f"splits:{{{splits}}},train_split:train,val_split:val,test_sets:[test],download:null,"
+        "verify_checksums:false}"
+    )
+
+
+def direction_overrides(directions: list[str], work: Path) -> list[str]:
+    """Multi30k's directions as data.directions, the others as data.corpora entries."""
+    plain, extra = [], []
+    for text in directions:
+        pair, *size = text.split(":")
+        src, tgt = pair.split("-")
+        if pair == "en-nso":
+            folder = DATA / "autshumato_en_nso"
+            files = {
+                split: (f"{part}.en.gz", f"{part}.nso.gz")
+                for split, part in (("train", "train"), ("val", "dev"), ("test", "test"))
+            }
+            extra.append(corpus_entry("autshumato", folder, files, pair))
+        elif size:
+            folder = DATA / "multi30k"
+            train = subset(
+                folder / f"train.{src}.gz", folder / f"train.{tgt}.gz", int(size[0]), work
+            )
+            files = {
+                "train": (str(train[0]), str(train[1])),
+                "val": (f"val.{src}.gz", f"val.{tgt}.gz"),
+                "test": (f"test_2016_flickr.{src}.gz", f"test_2016_flickr.{tgt}.gz"),
+            }
+            extra.append(corpus_entry(f"multi30k_{pair}_{size[0]}", folder, files, pair))
+        else:
+            plain.append(pair)
+    if not plain:
+        raise SystemExit("--directions: name at least one Multi30k direction without a size")
+    return [f"paths.data_dir={DATA}", f"data.directions=[{','.join(plain)}]", *extra]
+
+
+IDENTIFIER = LanguageIdentifier.from_modelstring(model, norm_probs=False)
+
+
+def off_target(hypotheses: list[str], target: str, languages: list[str]) -> float | None:
+    """The percentage of non-empty outputs that langid, choosing among `languages` (those of
+    them it knows), does not identify as `target`; None where it does not know `target`
+    (Northern Sotho is not among its 97 languages)."""
+    known = [lang for lang in languages if lang in IDENTIFIER.nb_classes]
+    if target not in known:
+        return None
+    IDENTIFIER.set_languages(known)
+    texts = [h for h in hypotheses if h.strip()]
+    wrong = sum(IDENTIFIER.classify(h)[0] != target for h in texts)
+    return round(100 * wrong / max(len(texts), 1), 2)
+
+
+def direction_results(summary: dict, languages: list[str]) -> dict[str, dict]:
+    """Each test set's scores, and its off-target rate, by its name in run_summary.json."""
+    results = {}
+    for name, test in summary.items():
+        hypotheses = read_lines(Path(test["hypotheses"]))
+        references = read_lines(Path(test["references"]))
+        target = name.rsplit(".", 1)[-1].split("-")[-1]
+        results[name] = {
+            **scores(hypotheses, references),
+            "off_target_percent": off_target(hypotheses, target, languages),
+            **({"zero_shot": True} if test.get("zero_shot") else {}),
+        }
+    return results
+
+
+def run_languages(run_dir: Path) -> list[str]:
+    from seq2seq.data.directions import languages
+    from seq2seq.upgrade import load_config
+
+    return languages(load_config(yaml.safe_load((run_dir / "config.yaml").read_text())).data)
+
+
+def train(args: argparse.Namespace) -> dict:
+    directions = args.directions.split(",")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    name = "+".join(d.replace(":", "_") for d in directions)
+    run_dir = args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
+    several = len(directions) > 1
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "experiment=multi30k_cpu_1h_tuned",
+        *direction_overrides(directions, args.work / "subsets"),
+        *(["data.bidirectional_epochs=0", f"data.mix_temperature={args.temperature}"] * several),
+        f"trainer.max_time=00:00:{args.minutes}:00",
+        f"seed={args.seed}",
+        f"hydra.run.dir={run_dir}",
+        *args.overrides,
+    ]
+    if not several:  # one direction: data.src_lang and data.tgt_lang, not a list
+        src, tgt = directions[0].split("-")
+        command = [c for c in command if not c.startswith("data.directions")]
+        command += [f"data.src_lang={src}", f"data.tgt_lang={tgt}"]
+    subprocess.run(command, check=True, cwd=ROOT)
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    return {
+        "run_dir": str(run_dir),
+        "directions": directions,
+        "minutes": args.minutes,
+        "mix_temperature": args.temperature if several else None,
+        "precision": summary["precision"],
+        "train_seconds": summary["train_seconds"],
+        "updates": summary["steps"],
+        "epochs": summary["epochs"],
+        "final_checkpoint": summary["final_checkpoint_choice"],
+        "test": direction_results(summary["test"], run_languages(run_dir)),
+    }
+
+
+def zero_shot(args: argparse.Namespace) -> dict:
+    summary = json.loads((args.run / "run_summary.json").read_text())
+    final = Path(summary["final_checkpoint"])
+    directions = args.zero_shot.split(",")
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.evaluate",
+        f"ckpt_path={final}",
+        f"data.directions=[{','.join(directions)}]",
+        f"data.dir={DATA / 'multi30k'}",
+        *args.overrides,
+    ]
+    subprocess.run(command, check=True, cwd=ROOT)
+    (scores_file,) = final.parent.glob(f"{final.stem}.*{directions[0]}*.scores.json")
+    evaluated = json.loads(scores_file.read_text())["test_sets"]
+    return {
+        "run_dir": str(args.run),
+        "checkpoint": str(final),
+        "directions": directions,
+        "test": direction_results(evaluated, run_languages(args.run)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--directions", default="en-de,en-fr,en-cs")
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--zero-shot", help="directions to score an existing run on")
+    parser.add_argument("--run", type=Path, help="the run directory, with --zero-shot")
+    parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "multilingual")
+    parser.add_argument("--json", type=Path, help="where to write the result")
+    parser.add_argument("overrides", nargs="*", help="after --: Hydra overrides")
+    args = parser.parse_args()
+    if args.zero_shot and args.run is None:
+        raise SystemExit("--zero-shot needs --run: the directory of a multilingual run")
+    result = {
+        "command": " ".join(["python", "scripts/multilingual.py", *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "seed": args.seed,
+        **(zero_shot(args) if args.zero_shot else train(args)),
+    }
+    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    print(text)
+    if args.json:
+        with atomic_path(args.json) as tmp:
+            tmp.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
