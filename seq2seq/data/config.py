@@ -204,6 +204,11 @@ class DataConfig:
     def check_directions(self) -> None:
         """Each direction once, in languages its corpus knows; a multilingual run (more than
         one direction) without what serves one direction's pairs only."""
+        require(
+            self.name not in self.corpora,
+            f"data.corpora.{self.name}",
+            f"has the name of this corpus (data.name={self.name}); name it otherwise",
+        )
         seen: dict[tuple[str, str], str] = {}
         corpora = {self.name: (self.own_directions(), self.languages, "data.directions")} | {
             name: (corpus.directions, corpus.languages, f"data.corpora.{name}.directions")
