@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT, SHARED_DATA, compose_config, write_lines
 from sacrebleu.metrics import BLEU
 
-from seq2seq.data.corpus import read_lines
+from seq2seq.data.corpus import read_lines, split_paths
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_each_named_corpus_composes_with_the_recipes(
         src, tgt = corpus.split(":")[1].split("-")
         assert (config.data.src_lang, config.data.tgt_lang) == (src, tgt)
         assert test_set in config.data.test_sets
-        reference = Path(config.data.dir) / config.data.splits[test_set].tgt
+        reference = split_paths(config.data, test_set).tgt
         assert reference.is_file() and reference.name.split(".")[-2] == tgt
 
 

@@ -48,11 +48,10 @@ from seq2seq.analysis.significance import SAMPLES, Comparison, paired_bootstrap 
 from seq2seq.concurrency import FAILED_FILE  # noqa: E402
 from seq2seq.config import validate_config  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
-from seq2seq.data.directions import directions  # noqa: E402
 from seq2seq.errors import DataError, Seq2SeqError  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
 from seq2seq.model.config import ModelConfig  # noqa: E402
-from seq2seq.upgrade import load_config, upgrade_config  # noqa: E402
+from seq2seq.upgrade import upgrade_config  # noqa: E402
 
 SIGNIFICANCE = 0.05
 
@@ -405,11 +404,17 @@ def write_report(
 
 def direction_test_sets(run_dir: Path) -> list[str]:
     """The test sets a multilingual run scored, one per direction and set (`<set>.<src>-<tgt>`,
-    as run_summary.json names them); none for a one-direction run."""
-    data = load_config(yaml.safe_load((run_dir / "config.yaml").read_text())).data
-    if not data.multilingual:
+    as run_summary.json names them); none for a one-direction run. Read from config.yaml's
+    data keys alone, as the model is: the rest of a run's config is not this report's."""
+    data = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
+    own = data.get("directions") or [f"{data['src_lang']}-{data['tgt_lang']}"]
+    corpora = [(own, data["test_sets"])] + [
+        (corpus["directions"], corpus["test_sets"])
+        for corpus in (data.get("corpora") or {}).values()
+    ]
+    if sum(len(directions) for directions, _ in corpora) < 2:
         return []
-    return [f"{name}.{d.name}" for d in directions(data) for name in d.data.test_sets]
+    return [f"{name}.{d}" for directions, names in corpora for d in directions for name in names]
 
 
 def report_per_direction(sweep: Path, baseline: str, test_sets: list[str], output: Path) -> Path:
