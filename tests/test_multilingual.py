@@ -409,9 +409,7 @@ def test_prepare_summarises_each_direction_and_the_mixture(
     from helpers import run
 
     overrides = multilingual_overrides(aligned_files, tmp_path / "cache")
-    result = run(
-        "prepare", tmp_path, *(o.replace("'", "") for o in overrides), "data.val_subset=10"
-    )
+    result = run("prepare", tmp_path, *overrides, "data.val_subset=10")
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "multilingual en-xx, en-yy: vocabulary 70 joint" in out
