@@ -551,3 +551,36 @@ def padded_sources():
     src[1, 4:], src[1, 3] = PAD_ID, EOS_ID
     src[3, 6:], src[3, 5] = PAD_ID, EOS_ID
     return src
+
+
+def toy_languages(n: int = 300) -> dict[str, list[str]]:
+    """Three aligned toy languages: en, xx (en upper-cased and reversed), yy (each en word with
+    an "o" added)."""
+    en, xx = toy_corpus(n)
+    return {"en": en, "xx": xx, "yy": [" ".join(w + "o" for w in s.split()) for s in en]}
+
+
+def write_aligned(data: Path) -> Path:
+    """train/val/test.<lang> of the three toy languages, line i of each a translation."""
+    data.mkdir()
+    for lang, lines in toy_languages().items():
+        for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
+            write_lines(data / f"{split}.{lang}", lines[lo:hi])
+    return data
+
+
+def multilingual_overrides(data: Path, cache: Path, directions: str = "[en-xx,en-yy]") -> list:
+    return [
+        FP32,
+        "data=parallel_files",
+        f"data.dir={data}",
+        f"paths.cache_dir={cache}",
+        *(
+            f"data.splits.{split}.{side}='{split}.{{{side}}}'"  # quoted: Hydra's grammar
+            for split in ("train", "val", "test")
+            for side in ("src", "tgt")
+        ),
+        f"data.directions={directions}",
+        "tokenizer.vocab_size=70",
+        "tokenizer.byte_fallback=false",
+    ]

@@ -19,8 +19,10 @@ from helpers import (
     configured_model,
     few_pairs_overrides,
     gradient_norms,
+    multilingual_overrides,
     run,
     toy_corpus,
+    write_aligned,
     write_lines,
 )
 
@@ -272,6 +274,33 @@ def test_padded_lengths_reach_the_captured_shapes(tmp_path: Path) -> None:
     log = (tmp_path / "run" / "train.log").read_text()
     shapes = re.findall(r"captured batch shape \((\d+), (\d+), (\d+)\)", log)
     assert shapes and all(int(s) % 8 == 0 and int(t) % 8 == 0 for _, s, t in shapes)
+
+
+@pytest.mark.slow
+def test_a_multilingual_run_trains_graphed_and_tests_each_direction(tmp_path: Path) -> None:
+    """The tag served before each source lengthens it by one piece: the padded shapes still
+    reach the captured graphs, and each direction is decoded on the GPU with its own tag."""
+    data = write_aligned(tmp_path / "aligned")
+    overrides = [
+        *(o for o in multilingual_overrides(data, tmp_path / "cache") if o != FP32),
+        "model=transformer_tiny",
+        "trainer=gpu",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=4",
+        "cuda_graphs=8",
+        "data.pad_to_multiple=8",
+        "decoding=greedy",
+        "average_last=0",
+        "hydra.run.dir=run",
+    ]
+    result = run("train", tmp_path, *overrides, fresh_interpreter=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "cuda_graphs: captured batch shape" in log
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["steps"] == 4
+    assert set(summary["test"]) == {"test.en-xx", "test.en-yy"}
+    assert all(math.isfinite(s["bleu"]) for s in summary["test"].values())
 
 
 @pytest.mark.slow

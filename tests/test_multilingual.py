@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FP32, compose_config, toy_corpus, write_lines
+from helpers import compose_config, multilingual_overrides, toy_languages, write_aligned
 
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.directions import check_target, directions, tag, target_languages, zero_shot
@@ -21,39 +21,9 @@ from seq2seq.errors import ConfigError
 LANGUAGES = ("en", "xx", "yy")
 
 
-def toy_languages(n: int = 300) -> dict[str, list[str]]:
-    """Three aligned toy languages: en, xx (en upper-cased and reversed), yy (each en word with
-    an "o" added)."""
-    en, xx = toy_corpus(n)
-    return {"en": en, "xx": xx, "yy": [" ".join(w + "o" for w in s.split()) for s in en]}
-
-
 @pytest.fixture
 def aligned_files(tmp_path: Path) -> Path:
-    """train/val/test.<lang> of the three toy languages, line i of each a translation."""
-    data = tmp_path / "aligned"
-    data.mkdir()
-    for lang, lines in toy_languages().items():
-        for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
-            write_lines(data / f"{split}.{lang}", lines[lo:hi])
-    return data
-
-
-def multilingual_overrides(data: Path, cache: Path, directions: str = "[en-xx,en-yy]") -> list:
-    return [
-        FP32,
-        "data=parallel_files",
-        f"data.dir={data}",
-        f"paths.cache_dir={cache}",
-        *(
-            f"data.splits.{split}.{side}='{split}.{{{side}}}'"  # quoted: Hydra's grammar
-            for split in ("train", "val", "test")
-            for side in ("src", "tgt")
-        ),
-        f"data.directions={directions}",
-        "tokenizer.vocab_size=70",
-        "tokenizer.byte_fallback=false",
-    ]
+    return write_aligned(tmp_path / "aligned")
 
 
 def prepared_module(data: Path, tmp_path: Path, *overrides: str) -> TranslationDataModule:
@@ -243,11 +213,7 @@ def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from seq2seq.train import train_and_evaluate
 
     work = tmp_path_factory.mktemp("multilingual")
-    data = work / "aligned"
-    data.mkdir()
-    for lang, lines in toy_languages().items():
-        for split, lo, hi in (("train", 0, 240), ("val", 240, 270), ("test", 270, 300)):
-            write_lines(data / f"{split}.{lang}", lines[lo:hi])
+    data = write_aligned(work / "aligned")
     overrides = [
         *multilingual_overrides(data, work / "cache"),
         "model=transformer_tiny",
