@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, multilingual_overrides, toy_languages, write_aligned
+from helpers import ROOT, compose_config, multilingual_overrides, run, toy_languages, write_aligned
 
+from seq2seq.data.corpus import split_paths
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.directions import check_target, directions, tag, target_languages, zero_shot
 from seq2seq.data.mixture import MixtureSplit, TaggedSplit, draw, epoch_counts, mixture_shares
@@ -275,6 +277,26 @@ def test_a_multilingual_model_translates_into_the_language_asked_for(
         Translator.from_checkpoint(final, bad).translate(["a dog"])
 
 
+def test_translate_takes_the_target_language_from_the_command_line(
+    multilingual_run: Path, tmp_path: Path
+) -> None:
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.translator import Translator
+
+    final = json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    lines = toy_languages()["en"][270:274]
+    text = "".join(line + "\n" for line in lines)
+    args = [f"ckpt_path={final}", "decoding=greedy"]
+    unset = run("translate", tmp_path, *args, stdin=text)
+    assert unset.returncode != 0 and "this model writes xx, yy" in unset.stderr
+    result = run("translate", tmp_path, *args, "decoding.target_lang=yy", stdin=text)
+    assert result.returncode == 0, result.stderr[-3000:]
+    greedy = group_config("decoding/greedy", DecodingConfig, ["target_lang=yy"])
+    expected = Translator.from_checkpoint(Path(final), greedy).translate(lines)
+    assert result.stdout == "".join(line + "\n" for line in expected)
+
+
 def test_evaluate_reports_an_untrained_direction_as_zero_shot(multilingual_run: Path) -> None:
     from seq2seq.config import group_config
     from seq2seq.decoding.config import DecodingConfig
@@ -383,3 +405,28 @@ def test_prepare_summarises_each_direction_and_the_mixture(
     for key in ("train.en-xx", "val.en-yy", "test.en-xx"):
         assert key in out
     assert "val.en-yy: validation in training decodes a seeded random sample of 10" in out
+
+
+def test_the_guides_mixed_corpora_example_composes_and_finds_its_files(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """docs/multilingual.md's data config of Multi30k en-de beside Autshumato en-nso, with the
+    Autshumato folder pointed at the shared copy: it validates, and every split it names
+    exists for its direction."""
+    guide = (ROOT / "docs" / "multilingual.md").read_text()
+    [example] = re.findall(r"```yaml\n# conf/data/my_mix.yaml\n(.*?)```", guide, re.S)
+    nso = shared_data / "autshumato_en_nso"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "my_mix.yaml").write_text(
+        example.replace("/data/autshumato_en_nso", str(nso))
+    )
+    config = compose_config(
+        [f"hydra.searchpath=[file://{tmp_path}]", "data=my_mix", f"paths.data_dir={shared_data}"]
+    )
+    assert [d.name for d in directions(config.data)] == ["en-de", "en-nso"]
+    assert config.data.mix_temperature == 5.0
+    for direction in directions(config.data):
+        view = direction.data
+        for name in [view.train_split, view.val_split, *view.test_sets]:
+            for path in split_paths(view, name).files:
+                assert path.is_file(), path

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import tiny_checkpoint
+from helpers import compose_config, multilingual_overrides, tiny_checkpoint, write_aligned
 from test_serve import Server
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -121,6 +121,55 @@ def test_a_bad_request_shows_its_error(server: Server, browser) -> None:
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda b: b.find_element(By.ID, "status").text)
     assert "3 hypotheses from a beam of 2" in browser.find_element(By.ID, "status").text
+
+
+@pytest.fixture(scope="module")
+def multilingual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A tiny en->xx, en->yy model (the toy languages of tests/helpers.py) served."""
+    from seq2seq.training.run import train
+
+    work = tmp_path_factory.mktemp("multilingual")
+    settings = [
+        *multilingual_overrides(write_aligned(work / "aligned"), work / "cache"),
+        "model=transformer_tiny",
+        "data.max_tokens=256",
+        "trainer.max_epochs=2",
+        "trainer.num_sanity_val_steps=0",
+        "decoding=greedy",
+        "average_last=0",
+        "evaluate_after=false",
+    ]
+    checkpoint = train(compose_config(settings), work / "run")["final_checkpoint"]
+    started = Server(f"ckpt_path={checkpoint}", "decoding.target_lang=yy")
+    yield started
+    started.stop()
+
+
+@pytest.mark.slow
+def test_the_page_offers_the_models_languages_and_translates_into_the_one_chosen(
+    multilingual_server: Server, browser
+) -> None:
+    def api(lang: str) -> str:
+        body = {"sentences": [SENTENCE], "decoding": {"target_lang": lang}}
+        return multilingual_server.post(body).json()["translations"][0][0]["text"]
+
+    browser.get(multilingual_server.url)
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    target = Select(browser.find_element(By.ID, "target"))
+    assert [o.get_attribute("value") for o in target.options] == ["xx", "yy"]
+    assert target.first_selected_option.get_attribute("value") == "yy"  # the server's default
+    browser.find_element(By.ID, "source").send_keys(SENTENCE)
+    for count, lang in enumerate(["yy", "xx"], 1):
+        target.select_by_value(lang)
+        browser.find_element(By.ID, "translate").click()
+        wait.until(
+            lambda b, n=count: (
+                b.find_element(By.TAG_NAME, "body").get_attribute("data-translated") == str(n)
+            )
+        )
+        assert browser.find_element(By.ID, "translation").text == api(lang)
+    assert api("xx") != api("yy")
 
 
 def test_the_page_loads_nothing_from_elsewhere() -> None:
