@@ -193,10 +193,15 @@ def main() -> None:
         "final_checkpoint": summary["final_checkpoint_choice"],
         "test": scores(hypotheses, references),
     }
+    report(result, args.json)
+
+
+def report(result: dict, path: Path | None) -> None:
+    """Print the result as JSON, and write it to `path` when one is given (whole or not at all)."""
     text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
     print(text)
-    if args.json:
-        with atomic_path(args.json) as tmp:
+    if path:
+        with atomic_path(path) as tmp:
             tmp.write_text(text)
 
 

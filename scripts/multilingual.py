@@ -25,11 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
-from corpus_recipe import DATA, ROOT, machine, scores, subset
+from corpus_recipe import DATA, ROOT, machine, report, scores, subset
 from langid.langid import LanguageIdentifier, model
 
 from seq2seq.data.corpus import read_lines
-from seq2seq.io import atomic_path
 
 
 def corpus_entry(name: str, folder: Path, files: dict[str, tuple[str, str]], direction: str) -> str:
@@ -196,11 +195,7 @@ def main() -> None:
         "seed": args.seed,
         **(zero_shot(args) if args.zero_shot else train(args)),
     }
-    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
-    print(text)
-    if args.json:
-        with atomic_path(args.json) as tmp:
-            tmp.write_text(text)
+    report(result, args.json)
 
 
 if __name__ == "__main__":
