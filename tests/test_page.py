@@ -133,7 +133,7 @@ def multilingual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         *multilingual_overrides(write_aligned(work / "aligned"), work / "cache"),
         "model=transformer_tiny",
         "data.max_tokens=256",
-        "trainer.max_epochs=2",
+        "trainer.max_epochs=10",
         "trainer.num_sanity_val_steps=0",
         "decoding=greedy",
         "average_last=0",
@@ -149,17 +149,21 @@ def multilingual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
 def test_the_page_offers_the_models_languages_and_translates_into_the_one_chosen(
     multilingual_server: Server, browser
 ) -> None:
-    def api(lang: str) -> str:
-        body = {"sentences": [SENTENCE], "decoding": {"target_lang": lang}}
-        return multilingual_server.post(body).json()["translations"][0][0]["text"]
-
     browser.get(multilingual_server.url)
     wait = WebDriverWait(browser, 60)
     wait.until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    beam = int(browser.find_element(By.ID, "beam").get_attribute("value"))
+
+    def api(lang: str) -> str:  # asked as the page asks
+        body = {"sentences": [SENTENCE], "decoding": {"target_lang": lang, "beam_size": beam}}
+        return multilingual_server.post(body).json()["translations"][0][0]["text"]
+
     target = Select(browser.find_element(By.ID, "target"))
     assert [o.get_attribute("value") for o in target.options] == ["xx", "yy"]
     assert target.first_selected_option.get_attribute("value") == "yy"  # the server's default
-    browser.find_element(By.ID, "source").send_keys(SENTENCE)
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(SENTENCE)
     for count, lang in enumerate(["yy", "xx"], 1):
         target.select_by_value(lang)
         browser.find_element(By.ID, "translate").click()
