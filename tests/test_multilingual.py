@@ -11,7 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, compose_config, multilingual_overrides, run, toy_languages, write_aligned
+from helpers import (
+    ROOT,
+    compose_config,
+    multilingual_overrides,
+    python,
+    report,
+    run,
+    table_rows,
+    toy_languages,
+    write_aligned,
+)
 
 from seq2seq.data.corpus import split_paths
 from seq2seq.data.datamodule import TranslationDataModule
@@ -394,8 +404,6 @@ def test_the_server_takes_the_target_language_per_request(multilingual_run: Path
 def test_prepare_summarises_each_direction_and_the_mixture(
     aligned_files: Path, tmp_path: Path
 ) -> None:
-    from helpers import run
-
     overrides = multilingual_overrides(aligned_files, tmp_path / "cache")
     result = run("prepare", tmp_path, *overrides, "data.val_subset=10")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -430,3 +438,43 @@ def test_the_guides_mixed_corpora_example_composes_and_finds_its_files(
         for name in [view.train_split, view.val_split, *view.test_sets]:
             for path in split_paths(view, name).files:
                 assert path.is_file(), path
+
+
+@pytest.mark.slow
+def test_an_ablation_sweep_of_a_multilingual_model_reports_each_wiring_per_direction(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    """The attention-wiring presets on a multilingual model unchanged: a two-wiring sweep trains
+    both, tests both directions of each, and the report writes one table per direction."""
+    sweep = tmp_path / "sweep"
+    command = [
+        "-m",
+        "seq2seq.train",
+        "-m",
+        "+ablation=standard,swapped_cross",
+        *multilingual_overrides(aligned_files, tmp_path / "cache"),
+        "model=transformer_tiny",
+        "model.max_len=64",
+        "data.filter.max_len=60",
+        "data.max_tokens=256",
+        "decoding=greedy",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=4",
+        "trainer.num_sanity_val_steps=0",
+        "average_last=2",
+        "threads=1",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    result = python(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in runs] == ["0_standard_seed1234", "1_swapped_cross_seed1234"]
+    for run_dir in runs:
+        summary = json.loads((run_dir / "run_summary.json").read_text())
+        assert set(summary["test"]) == {"test.en-xx", "test.en-yy"}
+    result = report(f"sweep={sweep}")
+    assert result.returncode == 0, result.stderr
+    for direction in ("en-xx", "en-yy"):
+        table = sweep / f"test.{direction}" / "ablation.md"
+        assert sorted(table_rows(table)) == ["standard", "swapped_cross"]
+        assert f"[test.{direction}/ablation.md]" in (sweep / "ablation.md").read_text()
