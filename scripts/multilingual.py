@@ -7,17 +7,20 @@ BLEU (sacreBLEU 13a and intl, chrF) and the share of outputs in another language
         --json docs/bench/multilingual/m30k-3dir-60min-1234.json
     python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
     python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
-    python scripts/multilingual.py --zero-shot de-fr,fr-de --run <run dir of a multilingual run>
+    python scripts/multilingual.py --zero-shot de-fr,fr-de --pivot en --run <run dir>
 
 A direction is `<src>-<tgt>` of Multi30k (test_2016_flickr), `en-nso` (Autshumato: dev and
 test), or `<src>-<tgt>:<pairs>`, a seeded sample of that many Multi30k training pairs (written
 under --work). `--zero-shot` scores an existing run's final checkpoint on Multi30k directions
-it was not trained on. Extra Hydra overrides go after `--`. Needs langid (`.[bench]`).
+it was not trained on, and with `--pivot en` also through English by the same model (src -> en
+-> tgt), the reference zero-shot translation is held to. Extra Hydra overrides go after `--`.
+Needs langid (`.[bench]`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -150,6 +153,28 @@ def train(args: argparse.Namespace) -> dict:
     }
 
 
+def pivot(checkpoint: Path, directions: list[str], via: str, languages: list[str]) -> dict:
+    """Each Multi30k test direction translated src -> `via` -> tgt by the model of `checkpoint`,
+    with the decoding it was trained with, scored as direction_results scores."""
+    from seq2seq.decoding.translator import Translator
+
+    model = Translator.from_checkpoint(checkpoint)
+    decoding = model.training_config.decoding
+    results = {}
+    for direction in directions:
+        src, tgt = direction.split("-")
+        lines = read_lines(DATA / "multi30k" / f"test_2016_flickr.{src}.gz")
+        for lang in (via, tgt):
+            asked = dataclasses.replace(decoding, target_lang=lang)
+            lines = Translator(model.backend, model.tokenizer, asked).translate(lines)
+        references = read_lines(DATA / "multi30k" / f"test_2016_flickr.{tgt}.gz")
+        results[f"test_2016_flickr.{direction}"] = {
+            **scores(lines, references),
+            "off_target_percent": off_target(lines, tgt, languages),
+        }
+    return results
+
+
 def zero_shot(args: argparse.Namespace) -> dict:
     summary = json.loads((args.run / "run_summary.json").read_text())
     final = Path(summary["final_checkpoint"])
@@ -166,11 +191,17 @@ def zero_shot(args: argparse.Namespace) -> dict:
     subprocess.run(command, check=True, cwd=ROOT)
     (scores_file,) = final.parent.glob(f"{final.stem}.*{directions[0]}*.scores.json")
     evaluated = json.loads(scores_file.read_text())["test_sets"]
+    languages = run_languages(args.run)
     return {
         "run_dir": str(args.run),
         "checkpoint": str(final),
         "directions": directions,
-        "test": direction_results(evaluated, run_languages(args.run)),
+        "test": direction_results(evaluated, languages),
+        **(
+            {f"pivot_{args.pivot}": pivot(final, directions, args.pivot, languages)}
+            if args.pivot
+            else {}
+        ),
     }
 
 
@@ -181,6 +212,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--zero-shot", help="directions to score an existing run on")
+    parser.add_argument("--pivot", help="with --zero-shot: also translate through this language")
     parser.add_argument("--run", type=Path, help="the run directory, with --zero-shot")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "multilingual")
     parser.add_argument("--json", type=Path, help="where to write the result")
@@ -188,6 +220,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.zero_shot and args.run is None:
         raise SystemExit("--zero-shot needs --run: the directory of a multilingual run")
+    if args.pivot and not args.zero_shot:
+        raise SystemExit("--pivot goes with --zero-shot: the directions to translate through it")
     result = {
         "command": " ".join(["python", "scripts/multilingual.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
