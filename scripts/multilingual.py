@@ -93,16 +93,19 @@ def off_target(hypotheses: list[str], target: str, languages: list[str]) -> floa
     return round(100 * wrong / max(len(texts), 1), 2)
 
 
-def direction_results(summary: dict, languages: list[str]) -> dict[str, dict]:
-    """Each test set's scores, and its off-target rate, by its name in run_summary.json."""
+def direction_results(
+    summary: dict, languages: list[str], target: str | None = None
+) -> dict[str, dict]:
+    """Each test set's scores, and its off-target rate, by its name in run_summary.json:
+    `<set>.<src>-<tgt>`, or for a one-direction run `<set>` and its language `target`."""
     results = {}
     for name, test in summary.items():
         hypotheses = read_lines(Path(test["hypotheses"]))
         references = read_lines(Path(test["references"]))
-        target = name.rsplit(".", 1)[-1].split("-")[-1]
+        asked = target or name.rsplit(".", 1)[-1].split("-")[-1]
         results[name] = {
             **scores(hypotheses, references),
-            "off_target_percent": off_target(hypotheses, target, languages),
+            "off_target_percent": off_target(hypotheses, asked, languages),
             **({"zero_shot": True} if test.get("zero_shot") else {}),
         }
     return results
@@ -121,6 +124,7 @@ def train(args: argparse.Namespace) -> dict:
     name = "+".join(d.replace(":", "_") for d in directions)
     run_dir = args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
     several = len(directions) > 1
+    tgt = directions[0].split(":")[0].split("-")[1]
     command = [
         sys.executable,
         "-m",
@@ -134,7 +138,7 @@ def train(args: argparse.Namespace) -> dict:
         *args.overrides,
     ]
     if not several:  # one direction: data.src_lang and data.tgt_lang, not a list
-        src, tgt = directions[0].split("-")
+        src = directions[0].split("-")[0]
         command = [c for c in command if not c.startswith("data.directions")]
         command += [f"data.src_lang={src}", f"data.tgt_lang={tgt}"]
     subprocess.run(command, check=True, cwd=ROOT)
@@ -149,7 +153,9 @@ def train(args: argparse.Namespace) -> dict:
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
-        "test": direction_results(summary["test"], run_languages(run_dir)),
+        "test": direction_results(
+            summary["test"], run_languages(run_dir), None if several else tgt
+        ),
     }
 
 

@@ -50,3 +50,24 @@ def test_the_off_target_rate_counts_outputs_in_another_language(script: ModuleTy
     assert script.off_target(outputs, "de", ["en", "de", "fr"]) == 50.0  # the empty one skipped
     assert script.off_target(outputs[:1], "de", ["en", "de"]) == 0.0
     assert script.off_target(outputs, "nso", ["en", "nso"]) is None  # langid lacks it
+
+
+def test_a_runs_test_sets_are_scored_for_the_language_each_asked_for(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    """A multilingual run names the direction in each test set's name; a one-direction run's
+    sets are plain and take the run's language."""
+    german = ["Ein Hund läuft über die grüne Wiese.", "Zwei Männer spielen Fußball im Park."]
+    english = ["A dog runs across the green meadow.", "Two men play football in the park."]
+    for name, lines in (("de", german), ("en", english)):
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines))
+    test = {"hypotheses": str(tmp_path / "de"), "references": str(tmp_path / "en")}
+    results = script.direction_results(
+        {"test.en-de": test, "test.de-en": {**test, "zero_shot": True}}, ["de", "en"]
+    )
+    assert results["test.en-de"]["off_target_percent"] == 0.0
+    assert results["test.de-en"]["off_target_percent"] == 100.0
+    assert results["test.de-en"]["zero_shot"] and "zero_shot" not in results["test.en-de"]
+    assert results["test.en-de"]["bleu_13a"] == results["test.de-en"]["bleu_13a"] < 5
+    one = script.direction_results({"test": test}, ["de", "en"], "en")
+    assert one["test"]["off_target_percent"] == 100.0
