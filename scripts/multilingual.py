@@ -118,11 +118,27 @@ def run_languages(run_dir: Path) -> list[str]:
     return languages(load_config(yaml.safe_load((run_dir / "config.yaml").read_text())).data)
 
 
+def own_directory(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3`...: the first that this process creates, so that runs
+    started in the same second beside each other do not share one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}-{n}")
+
+
 def train(args: argparse.Namespace) -> dict:
     directions = args.directions.split(",")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     name = "+".join(d.replace(":", "_") for d in directions)
-    run_dir = args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
+    run_dir = own_directory(
+        args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
+    )
     several = len(directions) > 1
     tgt = directions[0].split(":")[0].split("-")[1]
     command = [

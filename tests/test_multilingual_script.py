@@ -71,3 +71,12 @@ def test_a_runs_test_sets_are_scored_for_the_language_each_asked_for(
     assert results["test.en-de"]["bleu_13a"] == results["test.de-en"]["bleu_13a"] < 5
     one = script.direction_results({"test": test}, ["de", "en"], "en")
     assert one["test"]["off_target_percent"] == 100.0
+
+
+def test_runs_started_in_the_same_second_get_directories_of_their_own(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    wanted = tmp_path / "work" / "en-de-60min-T1-1234-20261204-150336"
+    made = [script.own_directory(wanted) for _ in range(3)]
+    assert [p.name for p in made] == [wanted.name, f"{wanted.name}-2", f"{wanted.name}-3"]
+    assert all(p.is_dir() for p in made)
