@@ -78,13 +78,14 @@ def direction_overrides(directions: list[str], work: Path) -> list[str]:
 
 
 IDENTIFIER = LanguageIdentifier.from_modelstring(model, norm_probs=False)
+KNOWN = frozenset(IDENTIFIER.nb_classes)  # set_languages narrows nb_classes
 
 
 def off_target(hypotheses: list[str], target: str, languages: list[str]) -> float | None:
     """The percentage of non-empty outputs that langid, choosing among `languages` (those of
     them it knows), does not identify as `target`; None where it does not know `target`
     (Northern Sotho is not among its 97 languages)."""
-    known = [lang for lang in languages if lang in IDENTIFIER.nb_classes]
+    known = [lang for lang in languages if lang in KNOWN]
     if target not in known:
         return None
     IDENTIFIER.set_languages(known)

@@ -50,6 +50,8 @@ def test_the_off_target_rate_counts_outputs_in_another_language(script: ModuleTy
     assert script.off_target(outputs, "de", ["en", "de", "fr"]) == 50.0  # the empty one skipped
     assert script.off_target(outputs[:1], "de", ["en", "de"]) == 0.0
     assert script.off_target(outputs, "nso", ["en", "nso"]) is None  # langid lacks it
+    french = ["Un chien court dans l'herbe verte."]
+    assert script.off_target(french, "fr", ["en", "fr"]) == 0.0  # after narrowing to en, de
 
 
 def test_a_runs_test_sets_are_scored_for_the_language_each_asked_for(
