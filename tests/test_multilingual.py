@@ -219,6 +219,20 @@ def test_the_target_language_is_required_and_checked() -> None:
     assert zero_shot(config.data, "de", "fr") and not zero_shot(config.data, "en", "fr")
 
 
+# a tiny model trained 2 epochs of 4 batches, decoded greedily
+TINY_RUN = [
+    "model=transformer_tiny",
+    "model.max_len=64",
+    "data.filter.max_len=60",
+    "data.max_tokens=256",
+    "decoding=greedy",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=4",
+    "trainer.num_sanity_val_steps=0",
+    "average_last=2",
+]
+
+
 @pytest.fixture(scope="module")
 def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny en->xx, en->yy model trained 2 epochs, with its final choice and test scores."""
@@ -228,15 +242,7 @@ def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = write_aligned(work / "aligned")
     overrides = [
         *multilingual_overrides(data, work / "cache"),
-        "model=transformer_tiny",
-        "model.max_len=64",
-        "data.filter.max_len=60",
-        "data.max_tokens=256",
-        "decoding=greedy",
-        "trainer.max_epochs=2",
-        "trainer.limit_train_batches=4",
-        "trainer.num_sanity_val_steps=0",
-        "average_last=2",
+        *TINY_RUN,
         "prefer_checkpoint=last",
     ]
     train_and_evaluate(compose_config(overrides), work / "run")
@@ -453,15 +459,7 @@ def test_an_ablation_sweep_of_a_multilingual_model_reports_each_wiring_per_direc
         "-m",
         "+ablation=standard,swapped_cross",
         *multilingual_overrides(aligned_files, tmp_path / "cache"),
-        "model=transformer_tiny",
-        "model.max_len=64",
-        "data.filter.max_len=60",
-        "data.max_tokens=256",
-        "decoding=greedy",
-        "trainer.max_epochs=2",
-        "trainer.limit_train_batches=4",
-        "trainer.num_sanity_val_steps=0",
-        "average_last=2",
+        *TINY_RUN,
         "threads=1",
         f"hydra.sweep.dir={sweep}",
     ]
