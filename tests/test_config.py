@@ -257,11 +257,12 @@ RELATED_PRESETS = {
         "trainer.max_epochs trainer.max_steps optim.ema_decay prefer_checkpoint "
         "tokenizer.model_type data.bidirectional_epochs",
     ),
-    # several directions in one model: wider, and no bidirectional epochs (refused there)
+    # several directions in one model: wider, less dropout, and no bidirectional epochs
+    # (refused there)
     "multilingual from tuned": (
         "multi30k_multilingual_cpu_1h",
         "multi30k_cpu_1h_tuned",
-        "data.directions data.bidirectional_epochs model.d_model model.ffn_dim",
+        "data.directions data.bidirectional_epochs model.d_model model.ffn_dim model.dropout",
     ),
     # where and how long the recipe trains: their batch in one, their updates instead of the
     # hour, the GPU and its speed settings; not the model, tokenizer or optimizer
