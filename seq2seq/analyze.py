@@ -21,6 +21,7 @@ from seq2seq.data.corpus import ensure_available, read_parallel
 from seq2seq.data.datamodule import prepare
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained
+from seq2seq.decoding.model_path import resolve_model
 from seq2seq.errors import ConfigError, require
 from seq2seq.model.config import ModelConfig
 from seq2seq.model.transformer import Transformer
@@ -82,8 +83,9 @@ def models(config: AnalyzeConfig) -> list[tuple[str, Transformer, Tokenizer]]:
     """(label, model, tokenizer): each checkpoint trained, then each preset at initialisation."""
     found = []
     for path in config.trained:
-        trained = load_trained(Path(path))
-        label = f"{trained.config.model.attention.name} trained ({Path(path).parent.parent.name})"
+        path = resolve_model(path)
+        trained = load_trained(path)
+        label = f"{trained.config.model.attention.name} trained ({path.parent.parent.name})"
         found.append((label, trained.model, trained.tokenizer))
     if config.init:
         presets = [(preset, preset_model(preset)) for preset in config.init]  # before the data

@@ -26,7 +26,7 @@ from seq2seq.data.config import DataConfig, PathsConfig, TokenizerConfig
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.errors import ConfigError, require
 from seq2seq.model.config import ModelConfig
-from seq2seq.training.config import OptimConfig
+from seq2seq.training.config import OptimConfig, check_cuda_graphs
 
 # The YAML files are the only home of default values: the schemas' dataclasses declare keys,
 # types and checks, and have no defaults of their own. They ship inside the package (package
@@ -35,23 +35,6 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 # ${seq2seq.pid:} in conf/train.yaml: default run directories unique among live processes
 OmegaConf.register_new_resolver("seq2seq.pid", os.getpid, replace=True)
-
-
-def several_processes(trainer: dict) -> bool:
-    """Whether the trainer group may start more than one process (data parallelism), reading
-    `devices` as Lightning does: a count, a list or a string of indices ("0,1"; "1," is device
-    1 alone), or -1 for every device. `auto` counts as one device, as it is on a CPU."""
-    devices = trainer.get("devices", 1)
-    if isinstance(devices, str) and "," in devices:
-        devices = [index for index in devices.split(",") if index.strip()]
-    if isinstance(devices, (list, tuple)):
-        several_devices = len(devices) > 1
-    else:
-        text = str(devices).strip()
-        several_devices = text == "-1" or (text.isdigit() and int(text) > 1)
-    strategy = str(trainer.get("strategy", "auto"))
-    parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
-    return parallel or several_devices or int(trainer.get("num_nodes", 1)) > 1
 
 
 @dataclass
@@ -112,7 +95,7 @@ class RootConfig:
         )
         require(self.cuda_graphs >= 0, "cuda_graphs", f"must be >= 0, got {self.cuda_graphs}")
         if self.cuda_graphs:
-            self.check_cuda_graphs()
+            check_cuda_graphs(self.cuda_graphs, self.trainer, self.compile)
         require(
             self.on_nonfinite in ("skip", "stop"),
             "on_nonfinite",
@@ -181,34 +164,6 @@ class RootConfig:
                 "true in a multilingual run: its rule reads one direction's corpus; set "
                 "derive_from_corpus=false and the settings yourself",
             )
-
-    def check_cuda_graphs(self) -> None:
-        """What a graph of the forward and backward cannot follow (seq2seq/training/
-        cuda_graphs.py): gradients summed over several batches (a graph's gradients live in
-        its own memory until the next replay), several processes' gradient hooks, and
-        torch.compile's own graphs."""
-        accumulate = self.trainer.get("accumulate_grad_batches", 1)
-        require(
-            accumulate == 1,
-            "cuda_graphs",
-            f"{self.cuda_graphs} with trainer.accumulate_grad_batches={accumulate}: graphs "
-            "need one batch per update; raise data.max_tokens instead, or set cuda_graphs=0",
-        )
-        trainer = self.trainer
-        require(
-            not several_processes(trainer),
-            "cuda_graphs",
-            f"{self.cuda_graphs} with trainer.devices={trainer.get('devices', 1)}, "
-            f"trainer.num_nodes={trainer.get('num_nodes', 1)}, trainer.strategy="
-            f"{trainer.get('strategy', 'auto')}: graphs train one process on one GPU; set "
-            "trainer.devices=1 or cuda_graphs=0",
-        )
-        require(
-            not self.compile,
-            "cuda_graphs",
-            f"{self.cuda_graphs} with compile=true, which makes graphs of its own: set "
-            "compile=false or cuda_graphs=0",
-        )
 
 
 def _open_node() -> DictConfig:

@@ -1,11 +1,12 @@
 """`python -m seq2seq.evaluate ckpt_path=... [decoding.beam_size=5] [data.test_sets=[val]]`: BLEU
 and chrF of a checkpoint on its test sets.
 
-Scores a checkpoint, or a directory written by seq2seq.export (decoded by CTranslate2), with
-the tokenizer and data config it carries, reading only the test files (`data.*` overrides pick
-others). Writes hypotheses (<ckpt>.<set>.<decoding>.hyp next to a checkpoint,
-<set>.<decoding>.hyp inside an export directory) and a JSON of all scores with sacreBLEU
-signatures (<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.json). With
+Scores a checkpoint, a run directory (its checkpoints/final.ckpt), or a directory written by
+seq2seq.export (decoded by CTranslate2), with the tokenizer and data config it carries, reading
+only the test files (`data.*` overrides pick others). Writes hypotheses
+(<ckpt>.<set>.<decoding>.hyp next to a checkpoint, <set>.<decoding>.hyp inside an export
+directory) and a JSON of all scores with sacreBLEU signatures
+(<ckpt>.<sets>.<decoding>.scores.json, or <sets>.<decoding>.scores.json). With
 `decoding.nbest` > 1 the best hypothesis of each sentence is scored.
 """
 
@@ -38,6 +39,7 @@ from seq2seq.data.corpus import (
 )
 from seq2seq.data.directions import directions, zero_shot
 from seq2seq.decoding.config import DecodingConfig
+from seq2seq.decoding.model_path import resolve_model
 from seq2seq.decoding.translator import Translator, default_device
 from seq2seq.errors import CheckpointError, ConfigError, DataError
 from seq2seq.io import atomic_path
@@ -175,10 +177,11 @@ def evaluate_checkpoint(
     prefixes: Path | None = None,
     constraints: Path | None = None,
 ) -> dict:
-    """Score `ckpt_path` (a checkpoint or an export directory), or it and the checkpoints of
-    `ensemble` decoded as one, on its data config's test sets, with `data` keys merged over
-    that config (other sets or files); return and write the scores. `prefixes` and
-    `constraints` (files of one line per sentence) need a single test set."""
+    """Score `ckpt_path` (a checkpoint, run directory or export directory), or it and the
+    checkpoints of `ensemble` decoded as one, on its data config's test sets, with `data` keys
+    merged over that config (other sets or files); return and write the scores. `prefixes`
+    and `constraints` (files of one line per sentence) need a single test set."""
+    ckpt_path, ensemble = resolve_model(ckpt_path), [resolve_model(p) for p in ensemble]
     members = [ckpt_path, *ensemble]
     translator = Translator.from_checkpoint(members, decoding, default_device())
     training = translator.training_config

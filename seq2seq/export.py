@@ -1,6 +1,6 @@
-"""`python -m seq2seq.export ckpt_path=... export.dir=model_ct2 [export.quantization=int8]`:
-a checkpoint as a CTranslate2 model directory (docs/deploy.md; the conversion is in
-seq2seq.decoding.ctranslate2_backend)."""
+"""`python -m seq2seq.export ckpt_path=<run> export.dir=model_ct2 [export.quantization=int8]`:
+a run's final checkpoint (or any .ckpt) as a CTranslate2 model directory (docs/deploy.md; the
+conversion is in seq2seq.decoding.ctranslate2_backend)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from seq2seq.cli import entrypoint
 from seq2seq.config import config_to_dict
 from seq2seq.decoding.checkpoint import load_trained
 from seq2seq.decoding.ctranslate2_backend import export_model
+from seq2seq.decoding.model_path import resolve_model
+from seq2seq.errors import CheckpointError
 
 log = logging.getLogger("seq2seq.export")
 
@@ -47,8 +49,15 @@ def best_val_bleu(checkpoint: Path) -> float | None:
 def export_checkpoint(
     checkpoint: Path, directory: Path, quantization: str | None = None, overwrite: bool = False
 ) -> Path:
-    """A seq2seq checkpoint (.ckpt) as a CTranslate2 model directory (see `export_model`)."""
-    checkpoint = Path(checkpoint).resolve()
+    """A seq2seq checkpoint (.ckpt, or a run directory's final one) as a CTranslate2 model
+    directory (see `export_model`)."""
+    checkpoint = resolve_model(checkpoint)
+    if checkpoint.is_dir():
+        raise CheckpointError(
+            f"ckpt_path {checkpoint} is an export directory already; export reads the model "
+            "itself: name the run directory it came from, or a checkpoint (.ckpt)"
+        )
+    checkpoint = checkpoint.resolve()
     trained = load_trained(checkpoint)
     metadata = {
         "checkpoint": str(checkpoint),

@@ -26,9 +26,10 @@ from seq2seq.allocator import (
 )
 from seq2seq.cli import entrypoint, in_sweep
 from seq2seq.concurrency import RunDirectory, release_run_memory
-from seq2seq.config import RootConfig, config_to_dict, several_processes
+from seq2seq.config import RootConfig, config_to_dict
 from seq2seq.errors import ConfigError
 from seq2seq.io import atomic_path
+from seq2seq.training.config import several_processes
 
 log = logging.getLogger("seq2seq.train")
 
@@ -87,7 +88,16 @@ def train_and_evaluate(config: RootConfig, run_dir: Path) -> None:
         summary["test"] = scores["test_sets"]
     with atomic_path(run_dir / "run_summary.json") as tmp:  # written last: the run is complete
         tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    print(f"run directory: {run_dir}\nfinal checkpoint: {final}")
+    # the run directory is the name of the trained model: ckpt_path=<it> in every other command
+    print(f"run directory: {shown(run_dir)}\nfinal checkpoint: {shown(final)}")
+
+
+def shown(path: Path) -> str:
+    """A path as the user launched from: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 from seq2seq.analysis.attention import attention_maps, plot_attention
 from seq2seq.cli import entrypoint
 from seq2seq.decoding.config import DecodingConfig
+from seq2seq.decoding.model_path import resolve_model
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import require
 from seq2seq.model.config import SITES
@@ -33,10 +34,10 @@ class VisualizeConfig:
 
 @entrypoint(config_name="visualize", schema=VisualizeConfig)
 def main(config: VisualizeConfig) -> None:
-    backend = TorchBackend.from_checkpoint(Path(config.ckpt_path))
+    ckpt = resolve_model(config.ckpt_path)
+    backend = TorchBackend.from_checkpoint(ckpt)
     maps, translation = attention_maps(backend, config.decoding, config.text, config.site)
     training = backend.training_config
-    ckpt = Path(config.ckpt_path)
     output = (
         Path(config.output) if config.output else ckpt.with_name(f"{ckpt.stem}.{config.site}.png")
     )

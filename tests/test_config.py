@@ -17,13 +17,14 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import EarlyStopping
 from test_docs import anchors
 
-from seq2seq.config import RootConfig, config_to_dict, several_processes, validate_config
+from seq2seq.config import RootConfig, config_to_dict, validate_config
 from seq2seq.data.batching import TokenBudgetBatchSampler
 from seq2seq.data.corpus import split_paths
 from seq2seq.errors import ConfigError
 from seq2seq.evaluate import EvaluateConfig
 from seq2seq.export import ExportConfig
 from seq2seq.model.config import Score, Stream
+from seq2seq.training.config import several_processes
 from seq2seq.training.run import build_trainer
 from seq2seq.translate import TranslateConfig
 from seq2seq.upgrade import load_config

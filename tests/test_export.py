@@ -244,10 +244,18 @@ def test_a_damaged_export_directory_is_named_with_the_fix(
     directory = export_model(wired_model(vocab=VOCAB), tokenizer, tmp_path / "ct2")
     with pytest.raises(
         CheckpointError,
-        match=r"not a model exported by seq2seq.export \(missing: "
-        r"model.bin, config.json, src.model, tgt.model, seq2seq_export.json\)",
+        match=r"a directory of neither kind: .* an export directory holds "
+        r"model.bin, config.json, src.model, tgt.model, seq2seq_export.json",
     ):
-        Translator.from_checkpoint(tmp_path)
+        Translator.from_checkpoint(tmp_path)  # holds the export's directory, not its files
+    (directory / "config.json").rename(tmp_path / "config.json")
+    with pytest.raises(
+        CheckpointError,
+        match=r"not a model exported by seq2seq.export \(missing: "
+        r"model.bin, src.model, tgt.model, seq2seq_export.json\)",
+    ):
+        Translator.from_checkpoint(tmp_path)  # one of its files: a partial export
+    (tmp_path / "config.json").rename(directory / "config.json")
     greedy = config_of("decoding/greedy", DecodingConfig)
     with pytest.raises(CheckpointError, match="records no training configuration"):
         evaluate_checkpoint(directory, greedy, {})  # export_model was given no metadata

@@ -91,7 +91,8 @@ def test_overfit_reaches_bleu_90_and_fills_the_run_dir(overfit_run) -> None:
     assert not (checkpoints / "epoch079.ckpt").exists()
     summary = json.loads((run_dir / "run_summary.json").read_text())
     final = Path(summary["final_checkpoint"])
-    assert final.name in ("averaged.ckpt", "best.ckpt")  # whichever scores higher on val
+    assert final == checkpoints / "final.ckpt"  # a copy of the candidate chosen:
+    assert summary["final_checkpoint_choice"]["chosen"] in ("averaged", "best")  # higher on val
     assert summary["test"]["test"]["bleu"] >= 90
     assert summary["epochs"] == 120 and summary["parameters"] > 0
     scores = json.loads(final.with_name(f"{final.stem}.test.greedy.scores.json").read_text())

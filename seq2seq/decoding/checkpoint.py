@@ -17,6 +17,7 @@ import torch
 
 from seq2seq.config import RootConfig
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.model_path import resolve_model
 from seq2seq.errors import CheckpointError
 from seq2seq.model.transformer import Transformer
 from seq2seq.upgrade import load_config
@@ -46,13 +47,13 @@ def upgrade_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A seq2seq checkpoint on the CPU, its parameters under today's names."""
-    path = Path(path)
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
+    """A seq2seq checkpoint on the CPU, its parameters under today's names; a run directory
+    stands for its final checkpoint (model_path.resolve_model)."""
+    path = resolve_model(path)
+    if path.is_dir():
         raise CheckpointError(
-            f"checkpoint {path} {what}: set ckpt_path to a .ckpt file, e.g. "
-            "ckpt_path=outputs/<date>/<time>/checkpoints/best.ckpt"
+            f"{path} is a CTranslate2 export directory, and this needs the model itself: name "
+            "the run directory it was exported from, or a checkpoint (.ckpt)"
         )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)

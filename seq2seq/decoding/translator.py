@@ -20,6 +20,7 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.backend import Backend, Request
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.ctranslate2_backend import CTranslate2Backend
+from seq2seq.decoding.model_path import resolve_model
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.model.transformer import Transformer
@@ -49,9 +50,11 @@ class DecodedTranslation(Translation):
 def load_backend(
     paths: str | Path | Sequence[str | Path], device: str | torch.device = "cpu"
 ) -> Backend:
-    """The backend of a checkpoint (.ckpt: ours), of a directory written by seq2seq.export
-    (CTranslate2's), or of several checkpoints decoded as one ensemble (ours)."""
-    paths = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    """The backend of a checkpoint (.ckpt: ours) or run directory (its final.ckpt), of a
+    directory written by seq2seq.export (CTranslate2's), or of several checkpoints decoded as
+    one ensemble (ours)."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    paths = [resolve_model(path) for path in paths]
     if len(paths) == 1 and paths[0].is_dir():
         return CTranslate2Backend(paths[0], device)
     for path in paths:
@@ -91,8 +94,8 @@ class Translator:
         decoding: DecodingConfig | None = None,
         device: str = "cpu",
     ) -> Translator:
-        """A checkpoint (.ckpt), a directory written by seq2seq.export (CTranslate2), or a list
-        of checkpoints decoded as one ensemble."""
+        """A checkpoint (.ckpt) or run directory, a directory written by seq2seq.export
+        (CTranslate2), or a list of checkpoints or run directories decoded as one ensemble."""
         backend = load_backend(path, device)
         return cls(backend, backend.tokenizer, decoding)
 

@@ -24,6 +24,7 @@ from seq2seq.analysis.attention import Attention, attention_of
 from seq2seq.data.directions import check_target, target_languages
 from seq2seq.decoding.backend import Backend
 from seq2seq.decoding.config import DecodingConfig
+from seq2seq.decoding.model_path import model_name
 from seq2seq.decoding.torch_backend import TorchBackend
 from seq2seq.decoding.translator import DecodedTranslation, Translation, Translator
 from seq2seq.errors import ConfigError, Seq2SeqError
@@ -139,12 +140,12 @@ class TranslationService:
 
 def model_summary(backend: Backend, config: ServeConfig, attention: bool) -> dict[str, Any]:
     """What the page shows beside the maps: the model, its wiring, the server's decoding. The
-    checkpoints by name (`best.ckpt`, an export directory's name): their paths on the server's
-    disk are not the clients' business."""
+    checkpoints by name (`final.ckpt` for a run directory, an export directory's name): their
+    paths on the server's disk are not the clients' business."""
     training = backend.training_config
     return {
         "backend": backend.name,
-        "checkpoints": [Path(path).name for path in (config.ckpt_path, *config.checkpoints)],
+        "checkpoints": [model_name(path) for path in (config.ckpt_path, *config.checkpoints)],
         "attention": attention,
         "model": dataclasses.asdict(training.model) if training else None,
         # a multilingual model's: what decoding.target_lang may ask for (none: one direction)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,11 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
     with atomic_path(output) as tmp:
         torch.save({**keep, "state_dict": averaged}, tmp)
     return output
+
+
+def copy_checkpoint(source: Path, destination: Path) -> Path:
+    """A copy of `source` under `destination`, which holds the previous file until the copy is
+    whole (the run's final.ckpt: a resumed run keeps the earlier one until its own choice)."""
+    with atomic_path(destination) as tmp:
+        shutil.copyfile(source, tmp)
+    return destination

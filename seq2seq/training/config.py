@@ -1,10 +1,12 @@
 """Schema of the `optim` config group (conf/optim/): the optimizer, its learning-rate schedule
-and the regularisers of the loss and weights (seq2seq.training.optim, seq2seq.training.module).
+and the regularisers of the loss and weights (seq2seq.training.optim, seq2seq.training.module);
+and the checks of the `trainer` group's processes that training features depend on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from seq2seq.errors import require
 
@@ -41,3 +43,48 @@ class OptimConfig:
             "optim.ema_decay",
             f"must be in [0, 1) (0: off; e.g. 0.999), got {self.ema_decay}",
         )
+
+
+def several_processes(trainer: dict) -> bool:
+    """Whether the trainer group may start more than one process (data parallelism), reading
+    `devices` as Lightning does: a count, a list or a string of indices ("0,1"; "1," is device
+    1 alone), or -1 for every device. `auto` counts as one device, as it is on a CPU."""
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, str) and "," in devices:
+        devices = [index for index in devices.split(",") if index.strip()]
+    if isinstance(devices, (list, tuple)):
+        several_devices = len(devices) > 1
+    else:
+        text = str(devices).strip()
+        several_devices = text == "-1" or (text.isdigit() and int(text) > 1)
+    strategy = str(trainer.get("strategy", "auto"))
+    parallel = any(name in strategy for name in ("ddp", "fsdp", "deepspeed"))
+    return parallel or several_devices or int(trainer.get("num_nodes", 1)) > 1
+
+
+def check_cuda_graphs(cuda_graphs: int, trainer: dict[str, Any], compile: bool) -> None:
+    """What a graph of the forward and backward cannot follow (seq2seq/training/
+    cuda_graphs.py): gradients summed over several batches (a graph's gradients live in
+    its own memory until the next replay), several processes' gradient hooks, and
+    torch.compile's own graphs."""
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    require(
+        accumulate == 1,
+        "cuda_graphs",
+        f"{cuda_graphs} with trainer.accumulate_grad_batches={accumulate}: graphs "
+        "need one batch per update; raise data.max_tokens instead, or set cuda_graphs=0",
+    )
+    require(
+        not several_processes(trainer),
+        "cuda_graphs",
+        f"{cuda_graphs} with trainer.devices={trainer.get('devices', 1)}, "
+        f"trainer.num_nodes={trainer.get('num_nodes', 1)}, trainer.strategy="
+        f"{trainer.get('strategy', 'auto')}: graphs train one process on one GPU; set "
+        "trainer.devices=1 or cuda_graphs=0",
+    )
+    require(
+        not compile,
+        "cuda_graphs",
+        f"{cuda_graphs} with compile=true, which makes graphs of its own: set "
+        "compile=false or cuda_graphs=0",
+    )

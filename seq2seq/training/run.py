@@ -31,6 +31,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.directions import describe_data
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
+from seq2seq.decoding.model_path import FINAL_CHECKPOINT
 from seq2seq.errors import CheckpointError, ConfigError, TrainingError, install_hint
 from seq2seq.io import atomic_path
 from seq2seq.training.callbacks import (
@@ -40,7 +41,7 @@ from seq2seq.training.callbacks import (
     MovingAverage,
     ValidateAtMaxSteps,
 )
-from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints
+from seq2seq.training.checkpoint import AtomicCheckpointIO, average_checkpoints, copy_checkpoint
 from seq2seq.training.final_checkpoint import ValidationSet, choose_final, gather_candidates
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.precision import resolve_precision
@@ -307,7 +308,8 @@ def validation_sets(data: TranslationDataModule) -> list[ValidationSet]:
 
 
 def train(config: RootConfig, run_dir: Path) -> dict | None:
-    """Fit and average; return a summary naming the checkpoint to use (averaged/best/last).
+    """Fit and average; return a summary naming the checkpoint to use: checkpoints/final.ckpt,
+    a copy of the candidate chosen (averaged/best/last).
 
     Under data parallelism only the first process averages and returns a summary."""
     ckpt_path = resolve_resume(config, run_dir)
@@ -358,7 +360,14 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         candidates, config.prefer_checkpoint, config.decoding, validation_sets(data)
     )
     choice_seconds = time.perf_counter() - choosing
-    log.info("final checkpoint: %s (%s), chosen in %.0fs", final.path, final.reason, choice_seconds)
+    kept = copy_checkpoint(final.path, checkpoints / FINAL_CHECKPOINT)
+    log.info(
+        "final checkpoint: %s, a copy of %s (%s), chosen in %.0fs",
+        kept,
+        final.path.name,
+        final.reason,
+        choice_seconds,
+    )
     metrics = trainer.callback_metrics
     return {
         "variant": config.model.attention.name,
@@ -371,6 +380,10 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
         "best_val_bleu": None if best.best_model_score is None else float(best.best_model_score),
         "skipped_steps": len(module.skipped_steps()),
-        "final_checkpoint": str(final.path),
-        "final_checkpoint_choice": {**final.summary(), "seconds": round(choice_seconds, 1)},
+        "final_checkpoint": str(kept),
+        "final_checkpoint_choice": {
+            **final.summary(),
+            "path": str(final.path),
+            "seconds": round(choice_seconds, 1),
+        },
     }
