@@ -1,7 +1,8 @@
-"""README's picture of the page: a trained checkpoint served, one sentence translated, the
-chosen site's map drawn, in Debian's headless Chromium.
+"""README's picture of the page: a trained model served, one sentence translated, the chosen
+site's map drawn, in Debian's headless Chromium. MODEL is what serve's ckpt_path takes: a run
+directory (its final.ckpt), a checkpoint or an export directory.
 
-    python scripts/screenshot.py CKPT [--sentence TEXT] [--site cross] [--layer N] [--head mean]
+    python scripts/screenshot.py MODEL [--sentence TEXT] [--site cross] [--layer N] [--head mean]
         [--output docs/img/serve_page.png]
 """
 
@@ -23,14 +24,14 @@ from seq2seq.io import atomic_path
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("model", type=Path)
     parser.add_argument("--sentence", default="A man in a blue shirt is riding a bike.")
     parser.add_argument("--site", default="cross")
     parser.add_argument("--layer", type=int, default=3, help="0-based")
     parser.add_argument("--head", default="mean")
     parser.add_argument("--output", type=Path, default=Path("docs/img/serve_page.png"))
     args = parser.parse_args(argv)
-    process, url = start_server(args.checkpoint)
+    process, url = start_server(args.model)
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for argument in ("--headless=new", "--no-sandbox", "--window-size=1500,1100"):

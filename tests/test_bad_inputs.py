@@ -155,7 +155,7 @@ def test_evaluate_refuses_a_corrupted_checkpoint_and_missing_test_files(
     result = run("translate", tmp_path, f"ckpt_path={corrupted}", stdin="a dog\n")
     assert_fails(result, f"cannot read checkpoint {corrupted}", "damaged")
     result = run("translate", tmp_path, f"ckpt_path={tmp_path}", stdin="a dog\n")
-    assert_fails(result, f"{tmp_path} is not a model exported by seq2seq.export", ".ckpt file")
+    assert_fails(result, f"{tmp_path} is a directory of neither kind", "run directory holds")
 
     elsewhere = tmp_path / "elsewhere"
     result = run("evaluate", tmp_path, f"ckpt_path={checkpoint}", f"data.dir={elsewhere}")
@@ -336,6 +336,7 @@ def test_an_ensemble_decodes_as_one_model_and_needs_one_vocabulary_of_checkpoint
     result = run("translate", tmp_path, *args, f"checkpoints=[{tmp_path / 'other.ckpt'}]")
     assert_fails(result, f"{checkpoint} and {tmp_path / 'other.ckpt'} were trained with different")
     (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "model.bin").write_bytes(b"")  # what tells an export directory
     result = run("translate", tmp_path, *args, f"checkpoints=[{tmp_path / 'export'}]")
     assert_fails(result, "is an export directory, and CTranslate2 decodes one model at a time")
 

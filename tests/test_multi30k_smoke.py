@@ -132,8 +132,8 @@ def test_readmes_commands_run_on_the_run_directory(smoke_run: Path) -> None:
         )
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
         outputs.setdefault(kind, []).append(done.stdout)
-    server.send_signal(signal.SIGTERM)
-    assert server.wait(timeout=60) == 0, (work / "serve.log").read_text()[-3000:]
+    server.send_signal(signal.SIGTERM)  # uvicorn ends by the signal it caught
+    assert server.wait(timeout=60) in (0, -signal.SIGTERM), (work / "serve.log").read_text()
     log.close()
 
     assert "test_2016_flickr" in outputs["evaluate"][0]

@@ -358,10 +358,11 @@ def test_export_command_writes_a_model_that_translates_as_ours(
 
     broken = tmp_path / "broken"
     broken.mkdir()
+    (broken / "config.json").write_text("{}")  # one file of an export: a partial one
     for command in ("translate", "evaluate"):
         result = run(command, tmp_path, f"ckpt_path={broken}", stdin=text)
         assert result.returncode == 1 and "Traceback" not in result.stderr
-        assert "is not a model exported by seq2seq.export (missing: model.bin" in result.stderr
+        assert "is not a model exported by seq2seq.export (missing: model.bin, src" in result.stderr
 
 
 @pytest.mark.slow
