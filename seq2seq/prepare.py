@@ -12,6 +12,7 @@ from rich.table import Table
 
 from seq2seq.cli import entrypoint
 from seq2seq.config import RootConfig
+from seq2seq.data.corpus import SplitPaths, bitext_header, malformed_lines
 from seq2seq.data.datamodule import PreparedData, TranslationDataModule
 from seq2seq.data.directions import describe_data
 from seq2seq.decoding.search import output_len_limit
@@ -152,6 +153,33 @@ def summary(config: RootConfig, prepared: PreparedData, module: TranslationDataM
     return table
 
 
+MALFORMED_NAMED = 5  # the first malformed lines prepare names; the rest are counted
+
+
+def reading_lines(split: SplitPaths) -> list[str]:
+    """What reading a bitext left out: its header, and with data.on_malformed=skip the lines
+    without exactly one tab, counted and the first few named."""
+    lines = []
+    header = bitext_header(split)
+    if header is not None:
+        fields = " | ".join(header.split("\t"))
+        lines.append(f"header: {split.src}, line 1 ({fields}) names the languages: skipped")
+    malformed = malformed_lines(split) if split.skip_malformed else []
+    if malformed:
+        named = ", ".join(f"line {n} ({tabs} tabs)" for n, tabs in malformed[:MALFORMED_NAMED])
+        more = (
+            f" and {len(malformed) - MALFORMED_NAMED} more"
+            if len(malformed) > MALFORMED_NAMED
+            else ""
+        )
+        lines.append(
+            f"malformed: {split.src}: {len(malformed)} line{'s' * (len(malformed) > 1)} "
+            "without exactly one tab skipped "
+            f"(data.on_malformed=skip): {named}{more}"
+        )
+    return lines
+
+
 def mixture_line(config: RootConfig, module: TranslationDataModule) -> str:
     """A multilingual run's training epoch: each direction's pairs in it, and its batches."""
     mixture = module.dataset(config.data.train_split, shuffle=True)
@@ -189,6 +217,10 @@ def main(config: RootConfig) -> None:
             f"the pairs as given and reversed, {len(sampler)} batches, {sampler.shapes()} shapes, "
             f"{100 * sampler.padding_fraction():.1f}% padding"
         )
+    bitexts = {split.src: split for split in prepared.files.values()}  # a file once
+    for split in bitexts.values():
+        for line in reading_lines(split):
+            console.print(line)
     built = ", ".join(prepared.built) or "nothing (all from cache)"
     console.print(f"ready in {elapsed:.2f}s; built: {built}; cache: {config.paths.cache_dir}")
 

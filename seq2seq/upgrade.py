@@ -58,6 +58,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     upgraded["data"] = {
         "encode_processes": 0,
         "min_train_pairs": 1,
+        "on_malformed": "error",
         "bpe_dropout": 0.0,
         "pad_to_multiple": 1,
         "bidirectional_epochs": 0,

@@ -473,3 +473,11 @@ def test_early_stopping_patience_null_builds_no_early_stopping(
     stoppers = [c for c in trainer.callbacks if isinstance(c, EarlyStopping)]
     assert [stopper.patience for stopper in stoppers] == ([] if expected is None else [expected])
     assert all(stopper.monitor == "val/bleu" and stopper.mode == "max" for stopper in stoppers)
+
+
+def test_a_config_from_before_on_malformed_loads_and_a_bad_value_is_named() -> None:
+    saved = config_to_dict(compose_config(["data.on_malformed=skip"]))
+    del saved["data"]["on_malformed"]
+    assert load_config(saved).data.on_malformed == "error"  # what reading did before the key
+    with pytest.raises(ConfigError, match="config key 'data.on_malformed': 'drop': use error"):
+        compose_config(["data.on_malformed=drop"])

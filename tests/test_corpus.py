@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import os
@@ -13,12 +14,16 @@ from helpers import write_lines
 
 from seq2seq.data.corpus import (
     SplitPaths,
+    bitext_header,
+    bitext_reading,
+    malformed_lines,
     normalize,
     read_lines,
     read_parallel,
     stream_lines,
 )
 from seq2seq.errors import DataError
+from seq2seq.prepare import reading_lines
 
 
 def test_reads_plain_and_gzip_identically(tmp_path: Path) -> None:
@@ -109,3 +114,71 @@ def test_corrupt_gzip_names_the_file(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(b"a line\n")[:-6])
     with pytest.raises(DataError, match=f"cannot read {path}"):
         read_lines(path)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["English\tZulu", "ENGLISH\tzulu", "en\tzu", "Source\tTarget", "src\tTGT", "\ufeffEn\tZU"],
+)
+def test_a_bitexts_first_line_naming_its_languages_is_skipped(tmp_path: Path, header: str):
+    bitext = write_lines(tmp_path / "train.tsv", [header, "A dog.\tInja.", "English\tZulu"])
+    split = SplitPaths("train", bitext, bitext, tsv=True, languages=("en", "zu"))
+    # only the first line can be a header: the same words later are a pair
+    assert read_parallel(split) == (["A dog.", "English"], ["Inja.", "Zulu"])
+    assert bitext_header(split) == header.lstrip("\ufeff")  # the file's mark dropped
+
+
+@pytest.mark.parametrize(
+    ("first", "languages"),
+    [
+        ("Zulu\tEnglish", ("en", "zu")),  # the languages in the other order
+        ("English\tGerman", ("en", "zu")),
+        ("Hello\tSawubona", ("en", "zu")),
+        ("English\tZulu", ()),  # languages unknown: nothing is a header
+        ("English\tZulu\textra", ("en", "zu")),
+    ],
+)
+def test_a_first_line_that_names_other_columns_is_a_pair(
+    tmp_path: Path, first: str, languages: tuple[str, ...]
+) -> None:
+    bitext = write_lines(tmp_path / "train.tsv", [first, "A dog.\tInja."])
+    split = SplitPaths("train", bitext, bitext, tsv=True, languages=languages)
+    assert bitext_header(split) is None
+    if first.count("\t") == 1:
+        assert read_parallel(split)[0] == [first.split("\t")[0], "A dog."]
+    else:
+        with pytest.raises(DataError, match="line 1: 2 tabs"):
+            read_parallel(split)
+
+
+def test_a_byte_order_mark_at_a_fields_start_is_dropped(tmp_path: Path) -> None:
+    """As one at the start of a file is: MENYO-20k's training file has two."""
+    bitext = tmp_path / "train.tsv"
+    bitext.write_bytes("\ufeffA dog.\t\ufeffInja.\nTwo\tmid\ufeffword\n".encode())
+    split = SplitPaths("train", bitext, bitext, tsv=True, languages=("en", "zu"))
+    assert read_parallel(split) == (["A dog.", "Two"], ["Inja.", "mid\ufeffword"])
+
+
+def test_malformed_bitext_lines_are_refused_or_skipped_and_counted(tmp_path: Path) -> None:
+    """data.on_malformed=error (the default) stops at the first line without exactly one tab,
+    naming the key that skips them; skip leaves each out, and prepare counts them and names
+    the first few."""
+    lines = ["en\tzu", "A dog.\tInja."]
+    lines += [f"bad {i}\twith\ttwo tabs" if i % 2 else f"no tab {i}" for i in range(7)]
+    lines += ["Two cats.\tAmakati amabili."]
+    bitext = write_lines(tmp_path / "dev.tsv", lines)
+    strict = SplitPaths("val", bitext, bitext, tsv=True, languages=("en", "zu"))
+    with pytest.raises(DataError, match=r"dev.tsv, line 3: 0 tabs.*data.on_malformed=skip"):
+        read_parallel(strict)
+    lenient = dataclasses.replace(strict, skip_malformed=True)
+    assert read_parallel(lenient) == (["A dog.", "Two cats."], ["Inja.", "Amakati amabili."])
+    assert malformed_lines(lenient) == [(n, 2 if n % 2 == 0 else 0) for n in range(3, 10)]
+    assert bitext_reading(strict) != bitext_reading(lenient)  # their caches differ
+    header, malformed = reading_lines(lenient)
+    assert header == f"header: {bitext}, line 1 (en | zu) names the languages: skipped"
+    assert malformed == (
+        f"malformed: {bitext}: 7 lines without exactly one tab skipped (data.on_malformed=skip): "
+        "line 3 (0 tabs), line 4 (2 tabs), line 5 (0 tabs), line 6 (2 tabs), line 7 (0 tabs) "
+        "and 2 more"
+    )
+    assert reading_lines(strict) == [header]  # nothing is skipped where errors stop reading

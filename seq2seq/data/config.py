@@ -93,6 +93,7 @@ class DataConfig:
     verify_checksums: bool
     filter: FilterConfig
     min_train_pairs: int  # fewer training pairs left by the filters stop prepare
+    on_malformed: str  # a bitext line without exactly one tab: error | skip (counted by prepare)
     max_tokens: int
     num_workers: int
     encode_processes: int  # processes that encode a corpus; 0: one per CPU core
@@ -139,6 +140,11 @@ class DataConfig:
             self.min_train_pairs >= 1,
             "data.min_train_pairs",
             f"must be >= 1, got {self.min_train_pairs}",
+        )
+        require(
+            self.on_malformed in ("error", "skip"),
+            "data.on_malformed",
+            f"'{self.on_malformed}': use error (stop at the first malformed line) or skip",
         )
         require(
             self.val_subset >= 0,

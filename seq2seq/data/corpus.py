@@ -4,12 +4,15 @@ A split is two files (line i of `src` translates line i of `tgt`) or one tab-sep
 (`source<TAB>target` per line, as OPUS and Tatoeba ship them), plain or gzipped, UTF-8. Lines
 end with `\n`, `\r\n` or `\r` alone, in any mixture (universal newlines), and are numbered as
 an editor numbers them; nothing else breaks a line (str.splitlines would also split on U+2028
-and others, and silently misalign a parallel corpus). A UTF-8 byte-order mark is dropped.
+and others, and silently misalign a parallel corpus). A UTF-8 byte-order mark is dropped, at
+the start of a file and at the start of a bitext's field (a stray one left by joining files).
+A bitext's first line that names its two languages is a header, not a pair: skipped.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import itertools
 import logging
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import pycountry
+
 from seq2seq.data.config import DataConfig
 from seq2seq.data.download import fetch_missing, verify_file
 from seq2seq.errors import DataError
@@ -27,8 +32,11 @@ from seq2seq.errors import DataError
 log = logging.getLogger(__name__)
 
 # Bumped whenever reading lines or `normalize` changes, so that caches built on the old text are
-# not reused (2: universal newlines).
-NORMALIZATION_VERSION = "nfkc-ws-2"
+# not reused (2: universal newlines; 3: a bitext's header line and its fields' byte-order marks).
+NORMALIZATION_VERSION = "nfkc-ws-3"
+BOM = "\ufeff"
+# what a bitext's header may call its columns besides the languages' codes and names
+HEADER_WORDS = ({"source", "src"}, {"target", "tgt"})
 
 
 def normalize(line: str) -> str:
@@ -45,6 +53,8 @@ class SplitPaths:
     src: Path
     tgt: Path  # the same file as `src` for a tab-separated bitext
     tsv: bool = False
+    languages: tuple[str, ...] = ()  # (source, target) codes: what a bitext's header names
+    skip_malformed: bool = False  # a bitext line without exactly one tab: skipped, not an error
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -77,9 +87,10 @@ def split_paths(data: DataConfig, name: str) -> SplitPaths:
     def path(file: str) -> Path:
         return root / file.replace("{src}", data.src_lang).replace("{tgt}", data.tgt_lang)
 
+    languages, skip = (data.src_lang, data.tgt_lang), data.on_malformed == "skip"
     if files.tsv is not None:
-        return SplitPaths(name, path(files.tsv), path(files.tsv), tsv=True)
-    return SplitPaths(name, path(files.src), path(files.tgt))
+        return SplitPaths(name, path(files.tsv), path(files.tsv), True, languages, skip)
+    return SplitPaths(name, path(files.src), path(files.tgt), False, languages, skip)
 
 
 def ensure_available(data: DataConfig, names: list[str]) -> list[SplitPaths]:
@@ -228,32 +239,91 @@ def read_lines(path: Path) -> list[str]:
     return list(iter_lines(path))
 
 
-def iter_bitext(path: Path, name: str) -> Iterator[tuple[str, str]]:
-    """The (source, target) pairs of a tab-separated bitext: exactly one tab per line."""
+@functools.cache
+def language_words(code: str) -> frozenset[str]:
+    """What a header may call a language, lowercased: its code and its ISO 639 English names
+    (pycountry's: "yo" is "yoruba", "nso" is "pedi")."""
+    try:
+        found = pycountry.languages.get(**{"alpha_2" if len(code) == 2 else "alpha_3": code})
+    except (KeyError, LookupError):  # pycountry before 22.1 raised for an unknown code
+        found = None
+    names = [getattr(found, key, None) for key in ("name", "common_name", "inverted_name")]
+    return frozenset({code.lower(), *(n.lower() for n in names if n)})
+
+
+def is_header(line: str, languages: tuple[str, ...]) -> bool:
+    """Whether a bitext's first line names its columns: each field the code or English name
+    of its language (any case), or source/src and target/tgt."""
+    fields = [field.strip().lstrip(BOM).lower() for field in line.split("\t")]
+    if len(fields) != 2 or len(languages) != 2:
+        return False
+    return all(
+        field in words | language_words(code)
+        for field, words, code in zip(fields, HEADER_WORDS, languages, strict=True)
+    )
+
+
+def bitext_header(split: SplitPaths) -> str | None:
+    """The header line of a tab-separated split, if its first line is one (prepare says so)."""
+    if not split.tsv:
+        return None
+    first = next(iter_lines(split.src), "")
+    return first if is_header(first, split.languages) else None
+
+
+def bitext_reading(split: SplitPaths) -> dict[str, bool]:
+    """How a bitext's lines become pairs beyond its bytes, for cache keys."""
+    return {"header": bitext_header(split) is not None, "skip_malformed": split.skip_malformed}
+
+
+def malformed_lines(split: SplitPaths) -> list[tuple[int, int]]:
+    """(line number, tabs) of each line of a bitext without exactly one tab (its header
+    aside): what data.on_malformed=skip leaves out."""
+    if not split.tsv:
+        return []
+    return [
+        (number, line.count("\t"))
+        for number, line in enumerate(iter_lines(split.src), start=1)
+        if line.count("\t") != 1 and not (number == 1 and is_header(line, split.languages))
+    ]
+
+
+def iter_bitext(
+    path: Path, name: str, languages: tuple[str, ...] = (), skip_malformed: bool = False
+) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a tab-separated bitext: exactly one tab per line (others
+    skipped with `skip_malformed`, else an error); a first line naming the `languages` is a
+    header, skipped."""
     for number, line in enumerate(iter_lines(path), start=1):
+        if number == 1 and is_header(line, languages):
+            continue
         tabs = line.count("\t")
+        if tabs != 1 and skip_malformed:
+            continue
         if tabs != 1:
             raise DataError(
                 f"{path}, line {number}: {tabs} tabs, where a tab-separated bitext has exactly "
-                "one (source<TAB>target); remove tabs inside sentences, or give two files "
-                f"with data.splits.{name}.src=... data.splits.{name}.tgt=..."
+                "one (source<TAB>target); remove tabs inside sentences, give two files with "
+                f"data.splits.{name}.src=... data.splits.{name}.tgt=..., or leave such lines "
+                "out with data.on_malformed=skip"
             )
         source, target = line.split("\t")
-        yield source, target
+        yield source.removeprefix(BOM), target.removeprefix(BOM)
 
 
 def side_lines(split: SplitPaths, side: str) -> Iterator[str]:
     """The lines of one side ("src" or "tgt") of a split."""
     if split.tsv:
         column = ("src", "tgt").index(side)
-        return (pair[column] for pair in iter_bitext(split.src, split.name))
+        pairs = iter_bitext(split.src, split.name, split.languages, split.skip_malformed)
+        return (pair[column] for pair in pairs)
     return iter_lines(getattr(split, side))
 
 
 def iter_parallel(split: SplitPaths) -> Iterator[tuple[str, str]]:
     """Yield the split's (source, target) line pairs; unequal line counts are an error."""
     if split.tsv:
-        yield from iter_bitext(split.src, split.name)
+        yield from iter_bitext(split.src, split.name, split.languages, split.skip_malformed)
         return
     sources, targets = iter_lines(split.src), iter_lines(split.tgt)
     for pairs, pair in enumerate(itertools.zip_longest(sources, targets)):

@@ -10,7 +10,13 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from seq2seq.data.corpus import NORMALIZATION_VERSION, SplitPaths, iter_parallel, normalize
+from seq2seq.data.corpus import (
+    NORMALIZATION_VERSION,
+    SplitPaths,
+    bitext_reading,
+    iter_parallel,
+    normalize,
+)
 from seq2seq.io import atomic_path
 
 COUNTS_VERSION = 1  # bumped when what is counted changes, so that old caches are not reused
@@ -69,7 +75,8 @@ def count_split(split: SplitPaths) -> CorpusCounts:
 
 def load_or_count(cache_dir: Path, split: SplitPaths, digests: dict[Path, str]) -> CorpusCounts:
     """The split's counts from the cache, or counted and cached; `digests`: sha256 per file."""
-    key = "-".join([*(digests[path][:16] for path in split.files), NORMALIZATION_VERSION])
+    reading = [f"{k}={int(v)}" for k, v in bitext_reading(split).items()] if split.tsv else []
+    key = "-".join([*(digests[path][:16] for path in split.files), NORMALIZATION_VERSION, *reading])
     path = cache_dir / "counts" / f"{key}-{'tsv' if split.tsv else 'pair'}-v{COUNTS_VERSION}.json"
     if path.is_file():
         return CorpusCounts.from_dict(json.loads(path.read_text()))

@@ -21,6 +21,7 @@ from seq2seq.data.config import DataConfig
 from seq2seq.data.corpus import (
     NORMALIZATION_VERSION,
     SplitPaths,
+    bitext_reading,
     ensure_available,
     iter_parallel,
     normalize,
@@ -107,7 +108,7 @@ def split_inputs(split: SplitPaths, digest: dict[Path, str]) -> dict[str, str]:
         "src": digest[split.src],
         "tgt": digest[split.tgt],
         "normalization": NORMALIZATION_VERSION,
-        **({"format": "tsv"} if split.tsv else {}),
+        **({"format": "tsv", **bitext_reading(split)} if split.tsv else {}),
     }
 
 
