@@ -321,6 +321,11 @@ def small_model(toy_files: Path, cache: Path) -> list[str]:
 def tiny_checkpoint(work: Path, steps: int = 2, *overrides: str) -> Path:
     """A tiny model trained for `steps` steps on the toy corpus (with train's `overrides`),
     written by train as users' checkpoints are; 63 source tokens at most."""
+    return Path(tiny_run(work, steps, *overrides)["final_checkpoint"])
+
+
+def tiny_run(work: Path, steps: int = 2, *overrides: str) -> dict:
+    """tiny_checkpoint's training run in work/run, and the summary train returns."""
     from seq2seq.training.run import train
 
     src, tgt = toy_corpus()
@@ -336,7 +341,7 @@ def tiny_checkpoint(work: Path, steps: int = 2, *overrides: str) -> Path:
         "evaluate_after=false",
         *overrides,
     ]
-    return Path(train(compose_config(settings), work / "run")["final_checkpoint"])
+    return train(compose_config(settings), work / "run")
 
 
 def few_pairs_overrides(data: Path, cache: Path, vocab_size: int = 400) -> list[str]:

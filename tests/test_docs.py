@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -130,7 +130,7 @@ def checkpoint_references(text: str) -> list[str]:
 
 
 def guide_problems(text: str, max_lines: int, max_prose: int | None = None) -> list[str]:
-    """A doc's length, its prose lines' length and the machine paths it holds."""
+    """A doc's length and its prose lines' length."""
     lines = text.splitlines()
     failures = [f"{len(lines)} lines, over {max_lines}"] if len(lines) > max_lines else []
     if max_prose is not None:
@@ -139,7 +139,7 @@ def guide_problems(text: str, max_lines: int, max_prose: int | None = None) -> l
             for number, line in prose_lines(text)
             if len(line) > max_prose
         ]
-    return failures + machine_paths(text)
+    return failures
 
 
 def machine_paths(text: str) -> list[str]:
@@ -308,10 +308,19 @@ def test_tracker_references_are_reported_with_file_and_line(tmp_path: Path) -> N
     assert found == [f"notes.md:2: Issue {number}", f"notes.md:2: issue #{number}"]
 
 
+def every_doc(check: Callable[[str], list[str]]) -> list[str]:
+    """'file: failure' for each of `check`'s failures in README.md and docs/*.md."""
+    return [
+        f"{doc.relative_to(ROOT)}: {failure}"
+        for doc in DOCS
+        for failure in check(doc.read_text(encoding="utf-8"))
+    ]
+
+
 def test_readme_and_results_keep_their_shape() -> None:
+    readme = DOCS[0].read_text(encoding="utf-8")
     failures = [
-        f"README.md: {f}"
-        for f in guide_problems(DOCS[0].read_text(encoding="utf-8"), README_MAX_LINES, 200)
+        f"README.md: {f}" for f in guide_problems(readme, README_MAX_LINES, PROSE_MAX_CHARACTERS)
     ]
     results = ROOT / "docs" / "results.md"
     failures += [
@@ -322,20 +331,12 @@ def test_readme_and_results_keep_their_shape() -> None:
 
 
 def test_no_doc_holds_a_machine_path() -> None:
-    failures = [
-        f"{doc.relative_to(ROOT)}: {f}"
-        for doc in DOCS
-        for f in machine_paths(doc.read_text(encoding="utf-8"))
-    ]
+    failures = every_doc(machine_paths)
     assert not failures, "\n".join(failures)
 
 
 def test_every_ckpt_path_names_a_model_every_preset_has() -> None:
-    failures = [
-        f"{doc.relative_to(ROOT)}: {f}"
-        for doc in DOCS
-        for f in checkpoint_references(doc.read_text(encoding="utf-8"))
-    ]
+    failures = every_doc(checkpoint_references)
     assert not failures, "\n".join(failures)
 
 

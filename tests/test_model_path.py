@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import run, tiny_checkpoint, toy_corpus
+from helpers import run, tiny_run, toy_corpus
 
 from seq2seq.decoding.checkpoint import load_trained, read_checkpoint
 from seq2seq.decoding.model_path import FINAL_CHECKPOINT, model_name, resolve_model
@@ -26,28 +25,23 @@ LINES = toy_corpus(20)[0][:6]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished tiny run: its final.ckpt, and a run_summary.json as seq2seq.train writes it."""
-    work = tmp_path_factory.mktemp("model")
-    final = tiny_checkpoint(work, 4, "average_last=2", "trainer.max_epochs=2")
-    directory = final.parent.parent
-    (directory / "run_summary.json").write_text(json.dumps({"final_checkpoint": str(final)}))
+    summary = tiny_run(
+        tmp_path_factory.mktemp("model"), 4, "average_last=2", "trainer.max_epochs=2"
+    )
+    directory = Path(summary["final_checkpoint"]).parent.parent
+    (directory / "run_summary.json").write_text(json.dumps(summary))
     return directory
 
 
 def test_train_copies_the_chosen_candidate_to_final_ckpt(run_dir: Path) -> None:
     checkpoints = run_dir / "checkpoints"
     final = checkpoints / FINAL_CHECKPOINT
-    assert final.is_file() and not list(checkpoints.glob(f".{FINAL_CHECKPOINT}.*"))
-    weights = read_checkpoint(final)["state_dict"]
-    equal = [
-        name
-        for name in ("best", "last", "averaged")
-        if (checkpoints / f"{name}.ckpt").is_file()
-        and all(
-            torch.equal(value, read_checkpoint(checkpoints / f"{name}.ckpt")["state_dict"][key])
-            for key, value in weights.items()
-        )
-    ]
-    assert equal  # the copy holds one candidate's weights
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    choice = summary["final_checkpoint_choice"]
+    assert Path(summary["final_checkpoint"]) == final
+    assert Path(choice["path"]) == checkpoints / f"{choice['chosen']}.ckpt"
+    assert final.read_bytes() == Path(choice["path"]).read_bytes()
+    assert not list(checkpoints.glob(f".{FINAL_CHECKPOINT}.*"))  # no temp file left
 
 
 def test_a_run_directory_translates_as_its_final_checkpoint(run_dir: Path) -> None:

@@ -276,16 +276,20 @@ def bitext_reading(split: SplitPaths) -> dict[str, bool]:
     return {"header": bitext_header(split) is not None, "skip_malformed": split.skip_malformed}
 
 
+def bitext_lines(path: Path, languages: tuple[str, ...]) -> Iterator[tuple[int, str, int]]:
+    """(line number, line, tabs) of a bitext's lines, a first line naming the `languages`
+    (a header) left out."""
+    for number, line in enumerate(iter_lines(path), start=1):
+        if not (number == 1 and is_header(line, languages)):
+            yield number, line, line.count("\t")
+
+
 def malformed_lines(split: SplitPaths) -> list[tuple[int, int]]:
     """(line number, tabs) of each line of a bitext without exactly one tab (its header
     aside): what data.on_malformed=skip leaves out."""
     if not split.tsv:
         return []
-    return [
-        (number, line.count("\t"))
-        for number, line in enumerate(iter_lines(split.src), start=1)
-        if line.count("\t") != 1 and not (number == 1 and is_header(line, split.languages))
-    ]
+    return [(n, tabs) for n, _, tabs in bitext_lines(split.src, split.languages) if tabs != 1]
 
 
 def iter_bitext(
@@ -294,10 +298,7 @@ def iter_bitext(
     """The (source, target) pairs of a tab-separated bitext: exactly one tab per line (others
     skipped with `skip_malformed`, else an error); a first line naming the `languages` is a
     header, skipped."""
-    for number, line in enumerate(iter_lines(path), start=1):
-        if number == 1 and is_header(line, languages):
-            continue
-        tabs = line.count("\t")
+    for number, line, tabs in bitext_lines(path, languages):
         if tabs != 1 and skip_malformed:
             continue
         if tabs != 1:
