@@ -8,8 +8,13 @@ corpus-derived recipe chose, the updates the clock held, and the machine.
 
 Corpora: `multi30k:<src>-<tgt>` (test_2016_flickr), `multi30k:<src>-<tgt>:<pairs>` (a seeded
 sample of that many training pairs, written under --work; val and test whole) and
-`autshumato:en-nso` (../shared/data/autshumato_en_nso: dev and test). Extra Hydra overrides go
-after `--`. Run it alone on the machine: the clock decides how many updates a run gets.
+`autshumato:en-nso`, `autshumato:en-zu` (../shared/data/autshumato_en_*: dev and test) and
+`menyo:en-yo` (../shared/data/menyo20k_en_yo, the TSV files as published; the dev line with
+three fields is skipped).
+`--dev-trial` scores nothing on the test set: the result is the validation BLEU of the final
+checkpoint's candidates, for choosing settings. Extra Hydra overrides go after `--`. Run it
+alone on the machine (or two side by side, pinned one core each): the clock decides how many
+updates a run gets.
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ SETTINGS = [  # what the rule derives (seq2seq/training/recipe.py), and the sche
     "model.decoder_layers",
     "model.ffn_dim",
     "model.dropout",
+    "model.attention_dropout",
+    "model.activation_dropout",
     "model.token_replacement",
+    "optim.label_smoothing",
     "model.max_len",
     "data.val_subset",
     "data.filter.max_len",
@@ -50,6 +58,8 @@ SETTINGS = [  # what the rule derives (seq2seq/training/recipe.py), and the sche
     "optim.lr",
     "optim.decay",
     "optim.warmup_steps",
+    "optim.warmup_ratio",
+    "derive_rule",
 ]
 
 
@@ -90,7 +100,7 @@ def corpus_overrides(corpus: str, work: Path) -> tuple[list[str], str]:
     name, pair, *size = corpus.split(":")
     src, tgt = pair.split("-")
     if name == "autshumato":
-        folder = DATA / "autshumato_en_nso"
+        folder = DATA / f"autshumato_{src}_{tgt}"
         files = [
             f"data.splits.{split}.{side}={part}.{lang}.gz"
             for split, part in (("train", "train"), ("val", "dev"), ("test", "test"))
@@ -104,9 +114,23 @@ def corpus_overrides(corpus: str, work: Path) -> tuple[list[str], str]:
             f"data.dir={folder}",
             *files,
         ], "test"
+    if name == "menyo":
+        return [
+            "data=parallel_files",
+            "data.name=menyo20k",
+            f"data.src_lang={src}",
+            f"data.tgt_lang={tgt}",
+            f"data.dir={DATA / 'menyo20k_en_yo'}",
+            *(
+                f"data.splits.{split}.tsv={split_file}.tsv.gz"
+                for split, split_file in (("train", "train"), ("val", "dev"), ("test", "test"))
+            ),
+            "data.on_malformed=skip",  # dev's line 700 has three fields
+        ], "test"
     if name != "multi30k":
         raise SystemExit(
-            f"--corpus {corpus}: use multi30k:<src>-<tgt>[:<pairs>] or autshumato:en-nso"
+            f"--corpus {corpus}: use multi30k:<src>-<tgt>[:<pairs>], autshumato:en-nso, "
+            "autshumato:en-zu or menyo:en-yo"
         )
     folder = DATA / "multi30k"
     if not size:
@@ -156,11 +180,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "corpus_recipe")
     parser.add_argument("--json", type=Path, help="where to write the result")
+    parser.add_argument("--dev-trial", action="store_true", help="validation only, no test set")
+    parser.add_argument("--beside", default="nothing", help="what ran beside it, for the record")
     parser.add_argument("overrides", nargs="*", help="after --: Hydra overrides")
     args = parser.parse_args()
     selection, test_set = corpus_overrides(args.corpus, args.work)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_dir = args.work / f"{args.corpus.replace(':', '_')}-{args.recipe}-{args.seed}-{stamp}"
+    name = f"{args.corpus.replace(':', '_')}-{args.recipe}-{args.seed}-{stamp}-{os.getpid()}"
+    run_dir = args.work / name
     command = [
         sys.executable,
         "-m",
@@ -169,14 +196,12 @@ def main() -> None:
         *selection,
         f"seed={args.seed}",
         f"hydra.run.dir={run_dir}",
+        *(["evaluate_after=false"] if args.dev_trial else []),
         *args.overrides,
     ]
     subprocess.run(command, check=True, cwd=ROOT)
     summary = json.loads((run_dir / "run_summary.json").read_text())
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    test = summary["test"][test_set]
-    hypotheses = read_lines(Path(test["hypotheses"]))
-    references = read_lines(Path(test["references"]))
     result = {
         "command": " ".join(["python", "scripts/corpus_recipe.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -184,15 +209,20 @@ def main() -> None:
         "corpus": args.corpus,
         "recipe": args.recipe,
         "seed": args.seed,
-        "run_dir": str(run_dir),
+        "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
+        "beside": args.beside,
         "settings": {key: select(config, key) for key in SETTINGS},
+        "overrides": args.overrides,
         "precision": summary["precision"],
         "train_seconds": summary["train_seconds"],
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
-        "test": scores(hypotheses, references),
     }
+    if not args.dev_trial:
+        test = summary["test"][test_set]
+        hypotheses = read_lines(Path(test["hypotheses"]))
+        result["test"] = scores(hypotheses, read_lines(Path(test["references"])))
     report(result, args.json)
 
 

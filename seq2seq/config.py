@@ -61,6 +61,13 @@ class RootConfig:
     logger: dict[str, Any] | None  # a Lightning logger (_target_ + arguments) besides metrics.csv
     threads: int | None  # torch threads and encoding processes of one run (None: the launcher's)
     derive_from_corpus: bool  # settings derived from the training split (seq2seq.training.recipe)
+    derive_rule: int  # which rule derives them (seq2seq.training.corpus_rules.RULES)
+
+    @property
+    def has_budget(self) -> bool:
+        """Whether training has a budget to spend (trainer.max_steps or max_time) for a
+        schedule measured in it."""
+        return (self.trainer.get("max_steps") or -1) > 0 or self.trainer.get("max_time") is not None
 
     def check(self) -> None:
         for group in (self.data, self.tokenizer, self.model, self.optim, self.decoding):
@@ -102,12 +109,17 @@ class RootConfig:
             f"'{self.on_nonfinite}': use skip or stop",
         )
         require(
-            self.optim.decay != "linear"
-            or (self.trainer.get("max_steps") or -1) > 0
-            or self.trainer.get("max_time") is not None,
+            self.optim.decay != "linear" or self.has_budget,
             "optim.decay",
             "linear decays to 0 at the end of the training budget, and this run has none: set "
             "trainer.max_steps or trainer.max_time, or use optim.decay=inverse_sqrt",
+        )
+        require(
+            self.optim.warmup_ratio == 0 or self.has_budget,
+            "optim.warmup_ratio",
+            f"{self.optim.warmup_ratio} is a share of the training budget, and this run has "
+            "none: set trainer.max_steps or trainer.max_time, or optim.warmup_steps with "
+            "optim.warmup_ratio=0",
         )
         strategy = str(self.trainer.get("strategy", "auto"))
         require(

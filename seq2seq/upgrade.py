@@ -51,6 +51,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
         "cuda_graphs": 0,
         "prefer_checkpoint": "averaged",
         "derive_from_corpus": False,
+        "derive_rule": 1,
         **saved,
     }
     upgraded["decoding"] = {**DECODING_BEFORE_SAMPLING, **saved.get("decoding", {})}
@@ -70,6 +71,7 @@ def upgrade_config(saved: dict[str, Any]) -> dict[str, Any]:
     }
     upgraded["optim"] = {
         "decay": "inverse_sqrt",
+        "warmup_ratio": 0.0,
         "r_drop": 0.0,
         "ema_decay": 0.0,
         **saved["optim"],

@@ -36,12 +36,18 @@ def test_a_subset_is_a_seeded_sample_of_aligned_pairs(script: ModuleType, tmp_pa
 
 @pytest.mark.parametrize(
     "corpus",
-    ["multi30k:en-cs", "multi30k:fr-de:5000", "autshumato:en-nso"],
+    [
+        "multi30k:en-cs",
+        "multi30k:fr-de:5000",
+        "autshumato:en-nso",
+        "autshumato:en-zu",
+        "menyo:en-yo",
+    ],
 )
 def test_each_named_corpus_composes_with_the_recipes(
     script: ModuleType, corpus: str, tmp_path: Path
 ) -> None:
-    if not (SHARED_DATA / "autshumato_en_nso").is_dir():
+    if not (SHARED_DATA / "autshumato_en_zu").is_dir():
         pytest.skip(f"needs {SHARED_DATA}")
     overrides, test_set = script.corpus_overrides(corpus, tmp_path)
     for recipe in ("corpus_cpu_1h", "multi30k_cpu_1h_tuned"):
@@ -49,8 +55,10 @@ def test_each_named_corpus_composes_with_the_recipes(
         src, tgt = corpus.split(":")[1].split("-")
         assert (config.data.src_lang, config.data.tgt_lang) == (src, tgt)
         assert test_set in config.data.test_sets
-        reference = split_paths(config.data, test_set).tgt
-        assert reference.is_file() and reference.name.split(".")[-2] == tgt
+        test = split_paths(config.data, test_set)
+        assert test.tgt.is_file()
+        assert test.tsv or test.tgt.name.split(".")[-2] == tgt
+        assert not test.tsv or (test.languages == (src, tgt) and test.skip_malformed)
 
 
 def test_an_unknown_corpus_is_refused(script: ModuleType, tmp_path: Path) -> None:

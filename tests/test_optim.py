@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +18,13 @@ from seq2seq.model.transformer import Transformer
 from seq2seq.training.config import OptimConfig
 from seq2seq.training.module import TranslationModule
 from seq2seq.training.optim import (
+    WarmupEnd,
     adamw,
+    budget_warmup,
     clip_gradients,
     decayed_parameters,
     inverse_sqrt,
+    learning_rate_factor,
     linear_decay,
     skip_update_if,
 )
@@ -209,6 +213,46 @@ def test_linear_decay_warms_up_and_reaches_zero_with_the_budget() -> None:
 def test_linear_decay_without_warmup_falls_from_the_peak() -> None:
     rates = learning_rates(warmup=0, steps=3, factor=linear_decay(0, lambda step: step / 4))
     assert rates == pytest.approx([1.5, 1.0, 0.5], rel=1e-12)
+
+
+def test_budget_warmup_rises_over_its_share_then_decays_from_where_it_ended() -> None:
+    """A budget of 20 updates, a quarter of it warm-up: lr * step / 5 up to update 5, then
+    lr * sqrt(5 / step), the warm-up's end kept where the factor found it."""
+    end = WarmupEnd()
+    factor = budget_warmup(0.25, "inverse_sqrt", lambda step: step / 20, end)
+    rates = learning_rates(warmup=0, steps=12, factor=factor)
+    expected = [2.0 * s / 5 for s in range(1, 5)] + [2.0 * math.sqrt(5 / s) for s in range(5, 13)]
+    assert rates == pytest.approx(expected, rel=1e-12) and end.step == 5
+
+
+def test_budget_warmup_follows_the_pace_of_the_clock() -> None:
+    """Time as the budget: a slow start (0.1 of the clock per update) ends the warm-up at the
+    third update, whatever the pace after; a resumed run (end given) keeps decaying from it."""
+    shares = {1: 0.0, 2: 0.1, 3: 0.2, 4: 0.3, 5: 0.31, 6: 0.32}
+    end = WarmupEnd()
+    factor = budget_warmup(0.2, "inverse_sqrt", shares.get, end)
+    assert [factor(i) for i in range(6)] == pytest.approx(
+        [0, 0.5, 1, (3 / 4) ** 0.5, (3 / 5) ** 0.5, 0.5**0.5]
+    )
+    assert end.step == 3
+    resumed = budget_warmup(0.2, "inverse_sqrt", lambda step: 0.0, WarmupEnd(3))
+    assert resumed(5) == pytest.approx(0.5**0.5)  # the clock no longer decides
+
+
+def test_budget_warmup_with_linear_decay_reaches_zero_with_the_budget() -> None:
+    factor = budget_warmup(0.25, "linear", lambda step: (step - 1) / 8, WarmupEnd())
+    rates = learning_rates(warmup=0, steps=10, factor=factor)
+    spent = [(s - 1) / 8 for s in range(1, 11)]
+    expected = [2.0 * min(x / 0.25, 1) * max(0.0, 1 - x) for x in spent]
+    assert rates == pytest.approx(expected, rel=1e-12) and rates[-2:] == [0.0, 0.0]
+
+
+def test_learning_rate_factor_takes_the_ratio_over_warmup_steps() -> None:
+    config = config_of("optim/adam_inverse_sqrt", OptimConfig, warmup_steps=4, warmup_ratio=0.5)
+    factor = learning_rate_factor(config, lambda step: step / 10, WarmupEnd())
+    assert [factor(i) for i in range(2)] == pytest.approx([0.2, 0.4])  # not step / 4
+    plain = learning_rate_factor(replace(config, warmup_ratio=0.0), lambda step: 0.0, WarmupEnd())
+    assert plain(0) == pytest.approx(0.25)
 
 
 def trainer_with_budget(max_steps: int, max_time: str | None, elapsed: float):

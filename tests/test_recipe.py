@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,20 +15,18 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import config_to_dict
 from seq2seq.data.corpus import SplitPaths
-from seq2seq.data.corpus_counts import CorpusCounts, SideCounts, count_split, load_or_count
+from seq2seq.data.corpus_counts import SideCounts, count_split, load_or_count
+from seq2seq.errors import ConfigError
 from seq2seq.io import sha256_file
-from seq2seq.training.recipe import (
+from seq2seq.training.corpus_rules import (
     MODEL_SIZES,
     SubwordLengths,
-    derive,
     from_counts,
     from_lengths,
+    graded,
 )
-
-
-def counts_of(words: int, pairs: int = 10_000) -> CorpusCounts:
-    side = SideCounts(words // 2, 5 * words // 2, 1000, 30)
-    return CorpusCounts(pairs, side, side)
+from seq2seq.training.recipe import derive
+from seq2seq.upgrade import load_config
 
 
 def values(settings) -> dict:
@@ -58,8 +57,8 @@ def test_counts_are_cached_by_content(tmp_path: Path) -> None:
     assert load_or_count(tmp_path / "cache", split, changed).src.words == 5
 
 
-def test_multi30k_sized_text_gets_the_settings_chosen_for_multi30k() -> None:
-    derived = values(from_counts(counts_of(667_403, 29_000), val_pairs=1014))
+def test_rule_1_gives_multi30k_sized_text_the_settings_chosen_for_multi30k() -> None:
+    derived = values(from_counts(667_403, val_pairs=1014, rule=1))
     assert derived["tokenizer.vocab_size"] == 8000  # multi30k_cpu_1h_tuned's
     wu2021 = compose_config(["model=transformer_wu2021"]).model
     for key in ("d_model", "heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout"):
@@ -67,9 +66,9 @@ def test_multi30k_sized_text_gets_the_settings_chosen_for_multi30k() -> None:
     assert derived["data.val_subset"] == 0  # 1,014 pairs: all of them
 
 
-def test_less_text_gets_a_smaller_vocabulary_and_model_and_more_regularisation() -> None:
+def test_rule_1_gives_less_text_a_smaller_vocabulary_and_model_and_more_regularisation() -> None:
     sizes = [100_000, 1_000_000, 10_000_000]
-    derived = [values(from_counts(counts_of(w), val_pairs=5000)) for w in sizes]
+    derived = [values(from_counts(w, val_pairs=5000, rule=1)) for w in sizes]
     vocab = [d["tokenizer.vocab_size"] for d in derived]
     assert vocab == sorted(vocab) and len(set(vocab)) == 3
     widths = [d["model.d_model"] * d["model.encoder_layers"] for d in derived]
@@ -80,9 +79,31 @@ def test_less_text_gets_a_smaller_vocabulary_and_model_and_more_regularisation()
     assert MODEL_SIZES[-1][0] == float("inf")  # every corpus falls in a band
 
 
-def test_the_vocabulary_stays_within_its_bounds() -> None:
-    assert values(from_counts(counts_of(2_000), val_pairs=10))["tokenizer.vocab_size"] == 1000
-    assert values(from_counts(counts_of(10**9), val_pairs=10))["tokenizer.vocab_size"] == 32000
+def test_rule_1_keeps_the_vocabulary_within_its_bounds() -> None:
+    assert values(from_counts(2_000, val_pairs=10, rule=1))["tokenizer.vocab_size"] == 1000
+    assert values(from_counts(10**9, val_pairs=10, rule=1))["tokenizer.vocab_size"] == 32000
+
+
+def test_rule_2_grades_word_dropout_with_the_text_and_has_no_cliff() -> None:
+    sizes = [50_000, 100_000, 200_000, 299_999, 300_000, 500_000, 999_999, 1_000_000, 10**8]
+    derived = [values(from_counts(w, val_pairs=5000, rule=2)) for w in sizes]
+    word = [d["model.token_replacement"] for d in derived]
+    assert word[:2] == [0.1, 0.1] and word[-2:] == [0.0, 0.0]
+    assert word == sorted(word, reverse=True)
+    steps = [a - b for a, b in zip(word, word[1:], strict=False)]
+    assert max(steps) < 0.04  # no step like rule 1's 0.1 -> 0
+    assert word[2] == pytest.approx(0.1 * (1 - math.log(2) / math.log(10)), abs=1e-3)
+    layers = [d["model.encoder_layers"] for d in derived]
+    assert layers == [3, 3, 3, 3, 4, 4, 4, 4, 4]  # no 6+6 tier that was never measured
+    assert {d["model.d_model"] for d in derived} == {128}
+    assert [d["tokenizer.vocab_size"] for d in derived[:3]] == [1000, 1000, 2500]  # as rule 1
+    assert "past the 850,000 the rule was checked on" in from_counts(10**8, 10, 2)[1].reason
+    assert "past" not in from_counts(846_000, 10, 2)[1].reason
+
+
+def test_graded_is_linear_in_log_words_between_its_points() -> None:
+    points = ((100, 1.0), (10_000, 0.0))
+    assert [graded(w, points) for w in (10, 100, 1000, 10_000, 10**6)] == [1, 1, 0.5, 0, 0]
 
 
 def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
@@ -94,22 +115,28 @@ def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
         tokens_per_epoch=22.0 * 50_000,
         val_longest=400,
     )
-    derived = values(from_lengths(lengths, max_ratio=3.0))
+    derived = values(from_lengths(lengths, max_ratio=3.0, rule=1))
     assert derived["data.filter.max_len"] == 128  # 1.5 x 20.2 = 30: the floor, not the outlier
     assert derived["model.max_len"] == 448  # the validation line: 400 + 2, to 64s
     assert derived["decoding.max_len_a"] == 1.5  # at least today's default
     assert derived["data.max_tokens"] == 8192  # 1.1M tokens / 128 = 8,594: nearest power of 2
     assert derived["optim.warmup_steps"] == 2000  # 16 x 134 updates, capped
     short = SubwordLengths(np.full(100, 10), np.full(100, 2.04), 12.0 * 5000, 20)
-    small = values(from_lengths(short, max_ratio=3.0))
+    small = values(from_lengths(short, max_ratio=3.0, rule=1))
     assert small["data.max_tokens"] == 2048
     assert small["optim.warmup_steps"] == 500  # 16 x 29 updates = 469, at least 500
     assert small["decoding.max_len_a"] == 2.1
     assert small["model.max_len"] == 256
-    assert values(from_lengths(short, max_ratio=2.0))["decoding.max_len_a"] == 2.0
+    assert values(from_lengths(short, max_ratio=2.0, rule=1))["decoding.max_len_a"] == 2.0
     long = SubwordLengths(np.full(100, 200), np.full(100, 1.0), 202.0 * 5000, 100)
-    assert values(from_lengths(long, max_ratio=3.0))["data.filter.max_len"] == 320  # 300, to 32s
-    assert values(from_lengths(long, max_ratio=3.0))["model.max_len"] == 384  # 322, to 64s
+    assert values(from_lengths(long, 3.0, rule=1))["data.filter.max_len"] == 320  # 300, to 32s
+    assert values(from_lengths(long, 3.0, rule=1))["model.max_len"] == 384  # 322, to 64s
+    rule_2 = values(from_lengths(lengths, max_ratio=3.0, rule=2))
+    assert rule_2["data.max_tokens"] == 4096  # rule 1's 8,192 halved: twice the updates
+    assert rule_2["optim.warmup_ratio"] == 0.25 and "optim.warmup_steps" not in rule_2
+    assert values(from_lengths(short, 3.0, rule=2))["data.max_tokens"] == 2048
+    unbudgeted = values(from_lengths(short, 3.0, rule=2, budget=False))  # epochs, as rule 1
+    assert unbudgeted["optim.warmup_steps"] == 500 and "optim.warmup_ratio" not in unbudgeted
 
 
 @pytest.fixture
@@ -151,3 +178,38 @@ def test_without_derive_from_corpus_the_config_is_untouched(corpus: Path, tmp_pa
     assert not config.derive_from_corpus
     assert derive(config, fixed=set()) is config
     assert not (tmp_path / "cache").exists()  # nothing read or trained
+
+
+def test_an_unknown_rule_is_refused_and_old_configs_keep_rule_1(
+    corpus: Path, tmp_path: Path
+) -> None:
+    config = compose_config(
+        [
+            *few_pairs_overrides(corpus, tmp_path / "cache"),
+            "derive_from_corpus=true",
+            "derive_rule=3",
+        ]
+    )
+    with pytest.raises(ConfigError, match="derive_rule.*3 is no rule; use one of 1, 2"):
+        derive(config, fixed=set())
+    today = ["derive_from_corpus=true", "derive_rule=2", "optim.warmup_ratio=0.25"]
+    saved = config_to_dict(compose_config([*today, "trainer.max_steps=10"]))
+    del saved["derive_rule"], saved["optim"]["warmup_ratio"]
+    old = load_config(saved)  # a run derived before rule 2 existed was derived by rule 1
+    assert old.derive_rule == 1 and old.optim.warmup_ratio == 0.0
+
+
+def test_rule_2_derives_a_budgeted_warmup_and_rule_1_an_epoch_one(
+    corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    overrides = [*few_pairs_overrides(corpus, tmp_path / "cache"), "derive_from_corpus=true"]
+    config = compose_config([*overrides, "trainer.max_steps=100", "derive_rule=2"])
+    with caplog.at_level(logging.INFO, logger="seq2seq.training.recipe"):
+        derived = derive(config, fixed=set())
+    assert derived.optim.warmup_ratio == 0.25 and derived.data.max_tokens == 2048
+    assert "derive_from_corpus (rule 2)" in caplog.text
+    assert "optim.warmup_ratio=0.25: the warm-up's share of the clock" in caplog.text
+    unbudgeted = derive(compose_config([*overrides, "derive_rule=2"]), set())  # max_epochs only
+    assert unbudgeted.optim.warmup_ratio == 0 and unbudgeted.optim.warmup_steps == 500
+    rule_1 = derive(compose_config([*overrides, "trainer.max_steps=100"]), set())  # the default
+    assert rule_1.optim.warmup_ratio == 0 and rule_1.optim.warmup_steps == 500

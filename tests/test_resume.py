@@ -92,8 +92,14 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
-    [[], ["data.bpe_dropout=0.1"], ["optim.ema_decay=0.9"], ["data.bidirectional_epochs=1"]],
-    ids=["cached", "bpe_dropout", "moving_average", "bidirectional"],
+    [
+        [],
+        ["data.bpe_dropout=0.1"],
+        ["optim.ema_decay=0.9"],
+        ["data.bidirectional_epochs=1"],
+        ["optim.warmup_ratio=0.05", "trainer.max_steps=200"],  # warm-up ends at 11, before 20
+    ],
+    ids=["cached", "bpe_dropout", "moving_average", "bidirectional", "budget_warmup"],
 )
 def test_sigkill_mid_epoch_then_resume_matches_the_uninterrupted_run(
     extra: list[str], toy_files: Path, tmp_path: Path

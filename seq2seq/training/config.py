@@ -19,6 +19,7 @@ class OptimConfig:
     weight_decay: float
     fused: bool
     warmup_steps: int
+    warmup_ratio: float  # the warmup as a share of the training budget (0: warmup_steps instead)
     decay: str  # after warmup: inverse_sqrt | linear (to 0 at the end of the training budget)
     label_smoothing: float
     r_drop: float  # R-Drop's alpha: two passes per batch, their symmetric KL (0: off)
@@ -32,6 +33,12 @@ class OptimConfig:
             f"'{self.decay}': use inverse_sqrt or linear",
         )
         require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        require(
+            0.0 <= self.warmup_ratio < 1.0,
+            "optim.warmup_ratio",
+            f"must be in [0, 1) (a share of the training budget; 0: optim.warmup_steps), got "
+            f"{self.warmup_ratio}",
+        )
         require(
             0.0 <= self.label_smoothing < 1.0,
             "optim.label_smoothing",

@@ -22,7 +22,13 @@ from seq2seq.errors import CheckpointError, TrainingError, require
 from seq2seq.metrics import bleu
 from seq2seq.model.transformer import Transformer
 from seq2seq.training.cuda_graphs import GraphedLoss
-from seq2seq.training.optim import adamw, clip_gradients, learning_rate_factor, skip_update_if
+from seq2seq.training.optim import (
+    WarmupEnd,
+    adamw,
+    clip_gradients,
+    learning_rate_factor,
+    skip_update_if,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ class TranslationModule(pl.LightningModule):
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
         self._graphed: GraphedLoss | None = None  # the training loss through CUDA graphs
+        self._warmup_end = WarmupEnd()  # where a warmup of optim.warmup_ratio ended
         # what every checkpoint stores of the config, converted once: the conversion through
         # OmegaConf took longer than the rest of a checkpoint's contents (docs/performance.md)
         self._config_dict = config_to_dict(config)
@@ -263,7 +270,7 @@ class TranslationModule(pl.LightningModule):
         optim = self.config.optim
         scaled = str(self.trainer.precision).startswith("16")
         optimizer = adamw(self, optim, scaled_gradients=scaled)
-        factor = learning_rate_factor(optim, self.spent_budget)
+        factor = learning_rate_factor(optim, self.spent_budget, self._warmup_end)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
@@ -295,13 +302,17 @@ class TranslationModule(pl.LightningModule):
             "config": copy.deepcopy(self._config_dict),
             "src_model": self.tokenizer.src_model,
             "tgt_model": self.tokenizer.tgt_model,
+            "warmup_end": self._warmup_end.step,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Resuming (Lightning loads the state dict after this): earlier versions' names. A
-        checkpoint of a run with a moving average holds the average as its state dict and the
-        trained weights beside it, which only a run keeping the average resumes from."""
+        """Resuming (Lightning loads the state dict after this): earlier versions' names, and
+        where a warmup of optim.warmup_ratio ended (None before it ends, in a run of
+        optim.warmup_steps, and in checkpoints from before the ratio existed). A checkpoint of a
+        run with a moving average holds the average as its state dict and the trained weights
+        beside it, which only a run keeping the average resumes from."""
         checkpoint["state_dict"] = upgrade_state_dict(checkpoint["state_dict"])
+        self._warmup_end.step = checkpoint["seq2seq"].get("warmup_end")
         if "current_model_state" in checkpoint and not self.config.optim.ema_decay:
             saved = checkpoint["seq2seq"]["config"]["optim"]["ema_decay"]
             raise CheckpointError(

@@ -1,9 +1,11 @@
-"""The optimizer and learning-rate schedule of training: AdamW; after a linear warmup, inverse
-square-root decay or a linear decay to zero at the end of the training budget."""
+"""The optimizer and learning-rate schedule of training: AdamW; after a linear warmup (over
+optim.warmup_steps updates, or a share of the training budget), inverse square-root decay or a
+linear decay to zero at the end of the training budget."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -106,10 +108,46 @@ def linear_decay(warmup: int, spent: Callable[[int], float]) -> Callable[[int], 
     return factor
 
 
-def learning_rate_factor(
-    config: OptimConfig, spent: Callable[[int], float]
+@dataclass
+class WarmupEnd:
+    """The update at which a warm-up of optim.warmup_ratio of the budget ended (None: not yet).
+    Found as training runs, since how many updates a clock holds depends on the machine; kept
+    in checkpoints, so a resumed run goes on with the same schedule."""
+
+    step: int | None = None
+
+
+def budget_warmup(
+    ratio: float, decay: str, spent: Callable[[int], float], end: WarmupEnd
 ) -> Callable[[int], float]:
-    """The factor `optim.decay` names; `spent` is only read by the linear decay."""
+    """The learning-rate factor of update `index` (0-based) for a linear warmup over the first
+    `ratio` of the training budget (`spent(step)`: the fraction spent before update `step`),
+    then the decay `decay` names: inverse square root from the update the warmup ended at
+    (as `inverse_sqrt` with that warmup), or linear to 0 at the budget's end."""
+
+    def factor(index: int) -> float:
+        step = index + 1
+        share = spent(step)
+        if end.step is None and share < ratio:
+            rise = share / ratio
+            return rise * (1.0 - share) if decay == "linear" else rise
+        if end.step is None:
+            end.step = step
+        if decay == "linear":
+            return max(0.0, 1.0 - share)
+        return (end.step / step) ** 0.5
+
+    return factor
+
+
+def learning_rate_factor(
+    config: OptimConfig, spent: Callable[[int], float], end: WarmupEnd
+) -> Callable[[int], float]:
+    """The factor `optim.decay` names, after the warmup optim.warmup_ratio (a share of the
+    budget) or else optim.warmup_steps gives; `spent` is read by the linear decay and the
+    budget's warmup, `end` by the latter only."""
+    if config.warmup_ratio > 0:
+        return budget_warmup(config.warmup_ratio, config.decay, spent, end)
     if config.decay == "linear":
         return linear_decay(config.warmup_steps, spent)
     return inverse_sqrt(config.warmup_steps)
