@@ -51,7 +51,7 @@ MODEL_SIZES = [
 ]
 
 # Rule 2
-SHALLOW_BELOW = 300_000  # words: 3+3 layers below, Wu et al. 2021's 4+4 from here
+SHALLOW_BELOW = MODEL_SIZES[0][0]  # words: rule 1's 3+3 layers below, Wu et al.'s 4+4 from here
 CHECKED_WORDS = 850_000  # the largest corpus checked (Autshumato en->nso: 846,000 words)
 WORD_DROPOUT = ((100_000, 0.1), (1_000_000, 0.0))  # Sennrich and Zhang 2019's 0.1, to 0 by 1M words
 DROPOUT = 0.3  # Multi30k recipe: 0.95 val BLEU above 0.2; Araabi and Monz 2020's for small data
@@ -152,15 +152,15 @@ def counts_rule_1(words: int) -> list[Setting]:
 
 
 def counts_rule_2(words: int) -> list[Setting]:
-    layers = 3 if words < SHALLOW_BELOW else 4
-    size = dict(d_model=128, heads=4, encoder_layers=layers, decoder_layers=layers, ffn_dim=256)
+    shallow = words < SHALLOW_BELOW
+    size = MODEL_SIZES[0 if shallow else 1][1]  # rule 1's two measured sizes
     band = f"{words:,} words" + (
         f" (past the {CHECKED_WORDS:,} the rule was checked on: the settings of the largest)"
         if words > CHECKED_WORDS
         else ""
     )
     why_size = f"{band}: " + (
-        f"fewer than {SHALLOW_BELOW:,}, " if layers == 3 else f"{SHALLOW_BELOW:,} or more, "
+        f"fewer than {SHALLOW_BELOW:,}, " if shallow else f"{SHALLOW_BELOW:,} or more, "
     )
     settings = [
         Setting(f"model.{key}", value, why_size + describe_size(size))
