@@ -52,6 +52,7 @@ SETTINGS = [  # what the rule derives (seq2seq/training/recipe.py), and the sche
     "optim.label_smoothing",
     "model.max_len",
     "data.val_subset",
+    "trainer.check_val_every_n_epoch",
     "data.filter.max_len",
     "data.max_tokens",
     "decoding.max_len_a",

@@ -12,8 +12,10 @@ every key that differs from the shipped file, with its reason:
   (`configs/iwslt14_deen_sp.yaml`, JOEY_SOURCE), changed only where Joey's docs say a corpus
   needs it: its files, a cased joint SentencePiece vocabulary (`--vocab-size`, trained as
   Joey's `scripts/build_vocab.py --joint` trains it), the size of Joey's IWSLT14 benchmark
-  Transformer (FAQ: size the model by the benchmarks' data sizes), validation once per epoch
-  and Joey's default output length. Optimizer, schedule, dropout and batch stay as shipped.
+  Transformer (FAQ: size the model by the benchmarks' data sizes), validation as often as
+  the seq2seq run's and Joey's default output length. Optimizer, schedule, dropout and batch
+  stay as shipped, unless a dev trial changes them: `--warmup-share` fits the warm-up to the
+  clock as for `ours`, `--set KEY=VALUE` sets any key (each recorded with its reason).
 - `ours`: a seq2seq run's architecture and optimization (`--from-run`: its config.yaml) as a
   Joey config, with Joey's `warmupinversesquareroot` schedule (the shape of ours), whose
   warm-up is `--warmup-share` of the updates Joey makes in the clock at the pace it shows in a
@@ -22,7 +24,8 @@ every key that differs from the shipped file, with its reason:
 For both, the clock starts when Joey starts training (its `EPOCH 1` log line; loading and
 tokenizing the data before it are start-up, as seq2seq's `prepare` is); after `--minutes`
 Joey gets SIGINT, saves latest.ckpt and exits, and the test set is decoded from it with beam
-5. Joey validates (greedy) once per epoch on the seeded sample of `--dev-lines` dev pairs that
+5. Joey validates (greedy) every epoch, or every n as the `--from-run` run does
+(`trainer.check_val_every_n_epoch`), on the seeded sample of `--dev-lines` dev pairs that
 seq2seq's `data.val_subset` draws; its validation seconds come from its log. Batches are
 Joey's token batches: Joey 2.3 has no length bucketing or sorting. Precision is fp32: Joey's
 `fp16` is a float16 autocast, with no bf16 path on a CPU. `--dev-trial` scores the dev sample
@@ -242,6 +245,7 @@ class Ours:
     tie_embeddings: bool
     clip_grad_norm: float | None
     max_len: int | None
+    validate_every: int  # epochs
 
 
 def read_run(run_dir: Path) -> Ours:
@@ -262,6 +266,7 @@ def read_run(run_dir: Path) -> Ours:
         tie_embeddings=model.get("tie_embeddings", True),
         clip_grad_norm=(c.get("trainer") or {}).get("gradient_clip_val"),
         max_len=(data.get("filter") or {}).get("max_len"),
+        validate_every=(c.get("trainer") or {}).get("check_val_every_n_epoch", 1),
     )
 
 
@@ -370,10 +375,17 @@ def ours_config(
     return config, reasons
 
 
-def set_validation_freq(config: dict[str, Any], reasons: dict[str, str], freq: int) -> None:
-    """Validate every `freq` updates; Joey requires logging_freq to divide it."""
+def set_validation_freq(
+    config: dict[str, Any], reasons: dict[str, str], per_epoch: int, epochs: int = 1
+) -> None:
+    """Validate every `epochs` epochs of `per_epoch` updates, as the seq2seq run does; Joey
+    requires logging_freq to divide it."""
+    freq = per_epoch * epochs
     logging = max(d for d in range(1, config["training"]["logging_freq"] + 1) if freq % d == 0)
-    why = "once per epoch, counted in Joey's token batches (FAQ: validate at least once an epoch)"
+    why = (
+        f"every {epochs} epoch(s) as the seq2seq run (trainer.check_val_every_n_epoch), counted "
+        "in Joey's token batches"
+    )
     apply(
         config,
         reasons,
@@ -721,10 +733,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"{work} exists (Joey does not overwrite); pass a new --work-dir")
     prepared, kept = prepare_text(raw, src, tgt, evaluated, work / "data")
 
+    share = args.warmup_share if args.warmup_share is not None else 0.25
+    fitted = args.config == "ours" or args.warmup_share is not None  # shipped: its own 4,000
+
     def build(warmup: int) -> tuple[dict[str, Any], dict[str, str]]:
         if args.config == "ours":
-            return ours_config(work, src, tgt, args.seed, ours, warmup)
-        return shipped_config(work, src, tgt, vocab_size, args.seed)
+            config, reasons = ours_config(work, src, tgt, args.seed, ours, warmup)
+        else:
+            config, reasons = shipped_config(work, src, tgt, vocab_size, args.seed)
+            if fitted:
+                why = f"--warmup-share {share} of the updates Joey makes at its probed pace"
+                apply(config, reasons, [("training.learning_rate_warmup", warmup, why)])
+        apply(config, reasons, [(key, value, "--set: a dev trial") for key, value in args.set])
+        return config, reasons
 
     config, reasons = build(args.warmup_steps or 1)
     (work / "vocab.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -741,22 +762,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.seed,
     )
     schedule: dict[str, Any] = {"scheduling": training["scheduling"]}
-    if args.config == "ours":
+    if fitted:
         if args.warmup_steps:
             schedule["warmup"] = args.warmup_steps
         else:
             probe = probe_pace(joey, config, work, args.probe_minutes * 60)
-            schedule.update(fit_warmup(probe.pop("pace"), args.minutes * 60, args.warmup_share))
+            schedule.update(fit_warmup(probe.pop("pace"), args.minutes * 60, share))
             schedule["probe"] = probe
         config, reasons = build(schedule["warmup"])
-    set_validation_freq(config, reasons, per_epoch)
+    set_validation_freq(config, reasons, per_epoch, ours.validate_every if ours else 1)
 
     trained = joey.train(config, work, args.minutes * 60)
     log = (work / "train.out").read_text(encoding="utf-8", errors="replace")
     updates = int((work / "model" / "latest.ckpt").resolve().stem)
     validation = validation_seconds(log)
     validation["share_of_clock"] = round(validation["seconds"] / trained["train_seconds"], 4)
-    if args.config == "ours":
+    if fitted:
         schedule["warmup_share_of_updates_made"] = round(schedule["warmup"] / max(1, updates), 4)
 
     joey_output, decode_seconds = decode(joey, config, work, args.beam)
@@ -795,6 +816,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def setting(text: str) -> tuple[str, Any]:
+    """`--set training.batch_multiplier=1` -> ("training.batch_multiplier", 1)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. training.batch_size=4096")
+    parsed = yaml.safe_load(value)
+    if isinstance(parsed, str):  # YAML 1.1 reads 5e-4 as text
+        try:
+            return key, float(parsed)
+        except ValueError:
+            pass
+    return key, parsed
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -813,8 +848,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", type=Path, required=True, help="a new directory")
     p.add_argument("--out", type=Path, help="the result JSON (default: <work-dir>/result.json)")
     p.add_argument("--vocab-size", type=int, help="joint SentencePiece pieces (default: the run's)")
-    p.add_argument("--warmup-share", type=float, default=0.25, help="ours: of the updates")
+    p.add_argument(
+        "--warmup-share",
+        type=float,
+        help="the warm-up's share of the updates Joey makes (ours: 0.25 by default; shipped: "
+        "its own 4,000 updates unless given)",
+    )
     p.add_argument("--warmup-steps", type=int, help="ours: this warm-up, without a probe")
+    p.add_argument(
+        "--set",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dev trial's change to the Joey config (dotted key, YAML value), recorded",
+    )
     p.add_argument("--probe-minutes", type=float, default=3.0, help="ours: the pace probe")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--dev-lines", type=int, default=0, help="the dev sample's pairs (0: all)")

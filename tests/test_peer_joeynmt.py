@@ -4,6 +4,7 @@ seconds, the interrupt), the text and dev sample Joey is given, and the scores i
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 import signal
@@ -51,7 +52,7 @@ RUN_CONFIG = {
     "optim": {"lr": 0.005, "betas": [0.9, 0.98], "weight_decay": 0.0, "label_smoothing": 0.2},
     "data": {"max_tokens": 4096, "filter": {"max_len": 128}},
     "tokenizer": {"vocab_size": 8000},
-    "trainer": {"gradient_clip_val": 1.0},
+    "trainer": {"gradient_clip_val": 1.0, "check_val_every_n_epoch": 3},
 }
 
 LOG = """\
@@ -124,7 +125,7 @@ def test_ours_is_the_runs_model_and_optimization_as_a_joey_config(
     peer: ModuleType, tmp_path: Path, run_dir: Path
 ) -> None:
     ours = peer.read_run(run_dir)
-    assert ours.vocab_size == 8000 and ours.max_tokens == 4096
+    assert ours.vocab_size == 8000 and ours.max_tokens == 4096 and ours.validate_every == 3
     config, reasons = peer.ours_config(tmp_path / "run", "en", "de", 1, ours, warmup=675)
     encoder, decoder = config["model"]["encoder"], config["model"]["decoder"]
     assert (encoder["num_layers"], decoder["num_layers"]) == (4, 3)
@@ -159,15 +160,23 @@ def test_a_change_without_a_reason_is_refused(peer: ModuleType, tmp_path: Path) 
         peer.changed_keys(config, reasons)
 
 
-@pytest.mark.parametrize(("validation_freq", "logging_freq"), [(1200, 100), (7, 7), (150, 75)])
-def test_logging_frequency_divides_the_validation_frequency(
-    peer: ModuleType, tmp_path: Path, validation_freq: int, logging_freq: int
+@pytest.mark.parametrize(
+    ("per_epoch", "epochs", "validation_freq", "logging_freq"),
+    [(1200, 1, 1200, 100), (7, 1, 7, 7), (150, 1, 150, 75), (37, 6, 222, 74)],
+)
+def test_validation_is_as_often_as_the_runs_and_logging_divides_it(
+    peer: ModuleType,
+    tmp_path: Path,
+    per_epoch: int,
+    epochs: int,
+    validation_freq: int,
+    logging_freq: int,
 ) -> None:
     config, reasons = peer.shipped_config(tmp_path / "run", "en", "de", 4000, seed=42)
-    peer.set_validation_freq(config, reasons, validation_freq)
+    peer.set_validation_freq(config, reasons, per_epoch, epochs)
     assert config["training"]["validation_freq"] == validation_freq
     assert config["training"]["logging_freq"] == logging_freq
-    assert "once per epoch" in reasons["training.validation_freq"]
+    assert f"every {epochs} epoch(s)" in reasons["training.validation_freq"]
 
 
 def test_warmup_is_a_share_of_the_updates_the_clock_holds_at_joeys_pace(peer: ModuleType) -> None:
@@ -332,3 +341,11 @@ def test_cores_are_parsed(peer: ModuleType) -> None:
     assert peer.parse_cores("0,2-4") == {0, 2, 3, 4}
     with pytest.raises(SystemExit, match="expected CPU numbers"):
         peer.parse_cores("first")
+
+
+def test_a_dev_trials_setting_is_a_dotted_key_and_a_yaml_value(peer: ModuleType) -> None:
+    assert peer.setting("training.batch_multiplier=1") == ("training.batch_multiplier", 1)
+    assert peer.setting("training.learning_rate=5e-4") == ("training.learning_rate", 5e-4)
+    assert peer.setting("model.encoder.layer_norm=post") == ("model.encoder.layer_norm", "post")
+    with pytest.raises(argparse.ArgumentTypeError, match="give KEY=VALUE"):
+        peer.setting("training.batch_multiplier")

@@ -19,7 +19,9 @@ from seq2seq.data.corpus_counts import SideCounts, count_split, load_or_count
 from seq2seq.errors import ConfigError
 from seq2seq.io import sha256_file
 from seq2seq.training.corpus_rules import (
+    GREEDY_COST,
     MODEL_SIZES,
+    VALIDATION_SHARE,
     SubwordLengths,
     from_counts,
     from_lengths,
@@ -114,6 +116,7 @@ def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
         ratio=np.full(1000, 1.2),
         tokens_per_epoch=22.0 * 50_000,
         val_longest=400,
+        val_tokens=22.0 * 1000,
     )
     derived = values(from_lengths(lengths, max_ratio=3.0, rule=1))
     assert derived["data.filter.max_len"] == 128  # 1.5 x 20.2 = 30: the floor, not the outlier
@@ -121,14 +124,14 @@ def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
     assert derived["decoding.max_len_a"] == 1.5  # at least today's default
     assert derived["data.max_tokens"] == 8192  # 1.1M tokens / 128 = 8,594: nearest power of 2
     assert derived["optim.warmup_steps"] == 2000  # 16 x 134 updates, capped
-    short = SubwordLengths(np.full(100, 10), np.full(100, 2.04), 12.0 * 5000, 20)
+    short = SubwordLengths(np.full(100, 10), np.full(100, 2.04), 12.0 * 5000, 20, 12.0 * 1000)
     small = values(from_lengths(short, max_ratio=3.0, rule=1))
     assert small["data.max_tokens"] == 2048
     assert small["optim.warmup_steps"] == 500  # 16 x 29 updates = 469, at least 500
     assert small["decoding.max_len_a"] == 2.1
     assert small["model.max_len"] == 256
     assert values(from_lengths(short, max_ratio=2.0, rule=1))["decoding.max_len_a"] == 2.0
-    long = SubwordLengths(np.full(100, 200), np.full(100, 1.0), 202.0 * 5000, 100)
+    long = SubwordLengths(np.full(100, 200), np.full(100, 1.0), 202.0 * 5000, 100, 202.0 * 100)
     assert values(from_lengths(long, 3.0, rule=1))["data.filter.max_len"] == 320  # 300, to 32s
     assert values(from_lengths(long, 3.0, rule=1))["model.max_len"] == 384  # 322, to 64s
     rule_2 = values(from_lengths(lengths, max_ratio=3.0, rule=2))
@@ -137,6 +140,21 @@ def test_length_limits_batch_and_warmup_follow_the_subword_lengths() -> None:
     assert values(from_lengths(short, 3.0, rule=2))["data.max_tokens"] == 2048
     unbudgeted = values(from_lengths(short, 3.0, rule=2, budget=False))  # epochs, as rule 1
     assert unbudgeted["optim.warmup_steps"] == 500 and "optim.warmup_ratio" not in unbudgeted
+    assert "trainer.check_val_every_n_epoch" in unbudgeted
+    assert "trainer.check_val_every_n_epoch" not in values(from_lengths(short, 3.0, rule=1))
+
+
+@pytest.mark.parametrize("pairs", [2_000, 5_000, 10_000, 29_000, 200_000])
+def test_rule_2_validates_as_often_as_its_share_of_the_clock_allows(pairs: int) -> None:
+    lengths = SubwordLengths(np.full(100, 14), np.full(100, 1.1), 16.0 * pairs, 40, 16.0 * 1014)
+    every = values(from_lengths(lengths, 3.0, rule=2))["trainer.check_val_every_n_epoch"]
+
+    def share(n: int) -> float:  # of the clock, one validation per n epochs
+        validation = GREEDY_COST * lengths.val_tokens
+        return validation / (n * lengths.tokens_per_epoch + validation)
+
+    assert share(every) <= VALIDATION_SHARE + 1e-9
+    assert every == 1 or share(every - 1) > VALIDATION_SHARE  # no less often than it must
 
 
 @pytest.fixture
@@ -209,7 +227,16 @@ def test_rule_2_derives_a_budgeted_warmup_and_rule_1_an_epoch_one(
     assert derived.optim.warmup_ratio == 0.25 and derived.data.max_tokens == 2048
     assert "derive_from_corpus (rule 2)" in caplog.text
     assert "optim.warmup_ratio=0.25: the warm-up's share of the clock" in caplog.text
+    # validation decodes the training split itself here: a pass costs GREEDY_COST epochs
+    share = (1 - VALIDATION_SHARE) / VALIDATION_SHARE
+    assert derived.trainer["check_val_every_n_epoch"] == math.ceil(share * GREEDY_COST) == 15
+    sampled = compose_config(
+        [*overrides, "trainer.max_steps=100", "derive_rule=2", "data.val_subset=100"]
+    )
+    sampled = derive(sampled, fixed={"data.val_subset"})  # a quarter of the pairs validated
+    assert sampled.trainer["check_val_every_n_epoch"] == math.ceil(share * GREEDY_COST / 4) == 4
     unbudgeted = derive(compose_config([*overrides, "derive_rule=2"]), set())  # max_epochs only
     assert unbudgeted.optim.warmup_ratio == 0 and unbudgeted.optim.warmup_steps == 500
     rule_1 = derive(compose_config([*overrides, "trainer.max_steps=100"]), set())  # the default
     assert rule_1.optim.warmup_ratio == 0 and rule_1.optim.warmup_steps == 500
+    assert rule_1.trainer["check_val_every_n_epoch"] == 1  # every epoch, as configured

@@ -7,7 +7,8 @@ Two steps, because the vocabulary has to be chosen before SentencePiece is train
 1. from the raw text's counts (seq2seq.data.corpus_counts): the vocabulary, the model's size,
    regularisation, and how much of the validation split each validation decodes;
 2. from the subword lengths of the encoded text (a sample of the training pairs, and the
-   validation split): length limits, the batch size in tokens and the warm-up.
+   validation split): length limits, the batch size in tokens, the warm-up and how often to
+   validate.
 The schedule's length is the clock's (trainer.max_time), not the corpus's: how many updates an
 hour holds depends on the CPU. A key given on the command line keeps its value.
 """
@@ -44,8 +45,10 @@ def measure_lengths(
     train: list[tuple[str, str]],
     train_pairs: int,
     val: list[tuple[str, str]],
+    validated: int,
 ) -> SubwordLengths:
-    """`train`: a sample of `train_pairs` training pairs; `val`: the validation split."""
+    """`train`: a sample of `train_pairs` training pairs; `val`: the validation split, of which
+    each validation decodes `validated` lines."""
     src = np.array([len(x) for x in tokenizer.encode_src([normalize(s) for s, _ in train])])
     tgt = np.array([len(x) for x in tokenizer.encode_tgt([normalize(t) for _, t in train])])
     longer = np.maximum(src, tgt)
@@ -53,11 +56,13 @@ def measure_lengths(
     long_enough = src >= 5
     val_src = tokenizer.encode_src([normalize(s) for s, _ in val])
     val_tgt = tokenizer.encode_tgt([normalize(t) for _, t in val])
+    val_longer = [max(len(a), len(b)) for a, b in zip(val_src, val_tgt, strict=True)]
     return SubwordLengths(
         longer_side=longer[real],
         ratio=tgt[long_enough] / src[long_enough],
         tokens_per_epoch=float(np.mean(longer[real] + 2)) * train_pairs,
         val_longest=max(len(x) for x in [*val_src, *val_tgt]),
+        val_tokens=float(np.mean(np.array(val_longer) + 2)) * validated,
     )
 
 
@@ -153,8 +158,9 @@ def derive(config: RootConfig, fixed: set[str] | None = None) -> RootConfig:
     tokenizer, config, capped = vocabulary_the_text_allows(config, train, digest, cache_dir, fixed)
     if capped is not None:
         settings[0] = capped
+    validated = min(config.data.val_subset or len(val_pairs), len(val_pairs))
     lengths = measure_lengths(
-        tokenizer, length_sample(train, counts.pairs), counts.pairs, val_pairs
+        tokenizer, length_sample(train, counts.pairs), counts.pairs, val_pairs, validated
     )
     step2 = from_lengths(lengths, config.data.filter.max_ratio, rule, config.has_budget)
     config = apply(config, step2, fixed)
