@@ -96,11 +96,18 @@ class EvaluationSet:
 
 def evaluation_sets(data: DataConfig, training: DataConfig) -> dict[str, EvaluationSet]:
     """The test sets of each direction of `data`, by name: `<set>` for a one-direction model,
-    `<set>.<src>-<tgt>` for a multilingual one (trained on `training`), whose directions need
-    not be among those trained (zero-shot)."""
+    which is refused other directions, `<set>.<src>-<tgt>` for a multilingual one (trained on
+    `training`), whose directions need not be among those trained (zero-shot)."""
     multilingual = training.multilingual
+    asked = directions(data)
+    if not multilingual and [d.name for d in asked] != [f"{training.src_lang}-{training.tgt_lang}"]:
+        raise ConfigError(
+            f"config key 'data.directions': {', '.join(d.name for d in asked)}, and this model "
+            f"translates {training.src_lang}->{training.tgt_lang} only; leave data.directions "
+            "unset"
+        )
     sets = {}
-    for direction in directions(data):
+    for direction in asked:
         files = evaluation_files(direction.data)
         for name, split in files.items():
             key = f"{name}.{direction.name}" if multilingual else name

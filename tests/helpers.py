@@ -486,10 +486,12 @@ class TableModel:
         bos_id: int = BOS_ID,
         eos_id: int = EOS_ID,
         next_tokens: dict[int, dict[int | str, float]] | None = None,
+        tag_ids: tuple[int, ...] = (),
     ) -> None:
         import torch
 
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.never_ids = (pad_id, bos_id, *tag_ids)
         next_tokens = next_tokens or {
             bos_id: {A: 0.6, B: 0.4},
             A: {"eos": 0.3, A: 0.35, B: 0.35},
@@ -517,8 +519,8 @@ def teacher_forced_score(
 ) -> float:
     """The model's own score of `target` (ids without BOS/EOS) for `source` (ids without EOS),
     as search reports it: the log-probabilities of the tokens and EOS, each step's distribution
-    renormalised without PAD and BOS, over (tokens + 1) ** length_penalty. A reference that
-    shares nothing with search but the model's forward pass."""
+    renormalised without the ids it never outputs (PAD, BOS, tags), over (tokens + 1) **
+    length_penalty. A reference that shares nothing with search but the model's forward pass."""
     import torch
 
     with torch.no_grad():
@@ -528,12 +530,13 @@ def teacher_forced_score(
     total = 0.0
     for step, token in enumerate([*target, EOS_ID]):
         p = log_probs[step].exp()
-        total += float(log_probs[step, token]) - math.log(1 - float(p[PAD_ID] + p[BOS_ID]))
+        total += float(log_probs[step, token]) - math.log(1 - float(p[list(model.never_ids)].sum()))
     return total / (len(target) + 1) ** length_penalty
 
 
-def tiny_transformer():
-    """A 30-token Transformer (d_model 32, seed 0, eval mode) for search tests."""
+def tiny_transformer(tag_ids: tuple[int, ...] = ()):
+    """A 30-token Transformer (d_model 32, seed 0, eval mode) for search tests; `tag_ids`:
+    ids it never outputs beside PAD and BOS, as a multilingual model's tags."""
     import torch
 
     from seq2seq.model.config import ModelConfig
@@ -543,7 +546,7 @@ def tiny_transformer():
     config = config_of(
         "model/transformer_tiny", ModelConfig, d_model=32, heads=4, ffn_dim=64, dropout=0.0
     )
-    return Transformer(config, 30, 30, True, **SPECIAL_IDS).eval()
+    return Transformer(config, 30, 30, True, **SPECIAL_IDS, tag_ids=tag_ids).eval()
 
 
 def padded_sources():

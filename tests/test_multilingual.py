@@ -75,8 +75,7 @@ def test_tags_are_single_pieces_served_before_each_source(
     ids = {lang: tokenizer.piece_id(tag(lang)) for lang in ("xx", "yy")}
     assert len(set(ids.values())) == 2
     for lang, id_ in ids.items():
-        assert tokenizer.src.encode(tag(lang), out_type=str)[-1] == tag(lang)
-        assert tokenizer.src.id_to_piece(id_) == tag(lang)
+        assert tokenizer.src.id_to_piece(id_) == tag(lang) and tokenizer.src.is_control(id_)
     with pytest.raises(KeyError):
         tokenizer.piece_id(tag("en"))  # no direction writes English
     for key, lang in (("val.en-xx", "xx"), ("val.en-yy", "yy")):
@@ -91,6 +90,52 @@ def test_tags_are_single_pieces_served_before_each_source(
         assert np.array_equal(served.src_lens, encoded.src_lens + 1)
         # the cached encoding is the one-direction encoding: no tag stored
         assert ids[lang] not in np.asarray(encoded.src).tolist()
+
+
+def test_no_text_reaches_a_tag_and_a_tag_decodes_to_nothing(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    tokenizer = prepared_module(aligned_files, tmp_path).tokenizer
+    ids = [tokenizer.piece_id(tag(lang)) for lang in ("xx", "yy")]
+    assert tokenizer.tag_ids == tuple(sorted(ids))
+    line = toy_languages()["en"][0]
+    for text in (f"{tag('yy')} {line}", f"{line} {tag('xx')}", tag("xx")):
+        assert not set(ids) & set(tokenizer.encode_src([text])[0] + tokenizer.encode_tgt([text])[0])
+    assert tokenizer.decode_tgt([[ids[0], *tokenizer.encode_tgt([line])[0]]]) == [line]
+
+
+def test_a_tokenizer_with_tags_as_user_symbols_reads_their_text_as_text() -> None:
+    """Tokenizers trained before tags were control symbols: the text of a tag is spelled out in
+    the ids of its characters, which decode to it."""
+    import io
+
+    import sentencepiece as spm
+
+    from seq2seq.data.tokenizer import Tokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([*toy_languages()["en"], "<2xy>"]),
+        model_writer=model,
+        vocab_size=40,
+        character_coverage=1.0,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        user_defined_symbols=[tag("xx"), tag("yy")],
+        minloglevel=2,
+    )
+    tokenizer = Tokenizer(model.getvalue(), model.getvalue())
+    ids = [tokenizer.piece_id(tag(lang)) for lang in ("xx", "yy")]
+    assert tokenizer.tag_ids == tuple(sorted(ids)) and not tokenizer.src.is_control(ids[1])
+    text = f"a {tag('yy')} b{tag('xx')}"
+    assert set(ids) <= set(tokenizer.src.encode(text))  # SentencePiece alone reads the tags
+    [encoded] = tokenizer.encode_src([text])
+    assert not set(ids) & set(encoded)
+    assert tokenizer.decode_tgt([encoded]) == [text]
 
 
 def test_the_joint_sample_counts_a_shared_side_once(aligned_files: Path, tmp_path: Path) -> None:
@@ -216,7 +261,13 @@ def test_the_target_language_is_required_and_checked() -> None:
     assert check_target(one.data, None) is None and check_target(one.data, "de") is None
     with pytest.raises(ConfigError, match="translates en->de only"):
         check_target(one.data, "fr")
-    assert zero_shot(config.data, "de", "fr") and not zero_shot(config.data, "en", "fr")
+    assert not zero_shot(config.data, "en", "fr")
+    with pytest.raises(ConfigError, match="de-fr, and this model never read de: it reads en"):
+        zero_shot(config.data, "de", "fr")
+    both_ways = compose_config(["data.directions=[de-en,en-fr]"])
+    assert zero_shot(both_ways.data, "de", "fr")  # read German, wrote French: not together
+    with pytest.raises(ConfigError, match="'de' is not a language this model writes"):
+        zero_shot(both_ways.data, "en", "de")
 
 
 # a tiny model trained 2 epochs of 4 batches, decoded greedily
@@ -293,6 +344,91 @@ def test_a_multilingual_model_translates_into_the_language_asked_for(
         Translator.from_checkpoint(final, bad).translate(["a dog"])
 
 
+def test_the_language_asked_for_is_read_at_each_call(multilingual_run: Path) -> None:
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.translator import Translator
+
+    final = json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    lines = toy_languages()["en"][270:274]
+    by_lang = {
+        lang: Translator.from_checkpoint(
+            Path(final), group_config("decoding/greedy", DecodingConfig, [f"target_lang={lang}"])
+        )
+        for lang in ("xx", "yy")
+    }
+    expected = {lang: translator.translate(lines) for lang, translator in by_lang.items()}
+    assert expected["xx"] != expected["yy"]
+    translator = by_lang["xx"]
+    assert translator.translate(lines, target_lang="yy") == expected["yy"]
+    assert translator.translate(lines) == expected["xx"]  # the call's language, not kept
+    translator.decoding = dataclasses.replace(translator.decoding, target_lang="yy")
+    assert translator.translate(lines) == expected["yy"]  # a changed setting takes effect
+    with pytest.raises(ConfigError, match="'en' is not a language this model writes"):
+        translator.translate(lines, target_lang="en")
+
+
+def test_attention_of_a_multilingual_model_reads_the_tagged_source(multilingual_run: Path) -> None:
+    from seq2seq.analysis.attention import attention_maps, translate_with_attention
+    from seq2seq.config import group_config
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.torch_backend import TorchBackend
+    from seq2seq.decoding.translator import Translator
+
+    final = json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    backend = TorchBackend.from_checkpoint(Path(final))
+    line = toy_languages()["en"][271]
+    with pytest.raises(ConfigError, match="unset, and this model writes xx, yy"):
+        attention_maps(backend, group_config("decoding/greedy", DecodingConfig), line, "cross")
+    for lang in ("xx", "yy"):
+        greedy = group_config("decoding/greedy", DecodingConfig, [f"target_lang={lang}"])
+        attention, translation = translate_with_attention(backend, greedy, line)
+        assert attention.source[0] == tag(lang) and attention.source[-1] == "</s>"
+        assert translation == Translator(backend, backend.tokenizer, greedy).translate([line])[0]
+        maps, _ = attention_maps(backend, greedy, line, "encoder_self")
+        assert maps[0].key[0] == tag(lang)
+
+
+def test_a_multilingual_model_never_writes_a_tag_in_either_search(
+    multilingual_run: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    from seq2seq.config import group_config
+    from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+    from seq2seq.decoding.checkpoint import load_trained
+    from seq2seq.decoding.config import DecodingConfig
+    from seq2seq.decoding.translator import Translator
+
+    final = Path(
+        json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
+    )
+    trained = load_trained(final)
+    tags = sorted(trained.tokenizer.piece_id(tag(lang)) for lang in ("xx", "yy"))
+    assert trained.model.never_ids == (PAD_ID, BOS_ID, *tags)
+    checkpoint = torch.load(final, map_location="cpu", weights_only=False)
+    for name, weight in checkpoint["state_dict"].items():
+        if name.endswith("output_projection.weight"):
+            weight[tags] *= 40  # the tags the most likely outputs
+    boosted = tmp_path / "boosted.ckpt"
+    torch.save(checkpoint, boosted)
+    lines = toy_languages()["en"][240:250]
+    for beam in ("greedy", "beam"):
+        decoding = group_config(f"decoding/{beam}", DecodingConfig, ["target_lang=yy"])
+        outputs = Translator.from_checkpoint(boosted, decoding).translate_nbest(lines)
+        written = {token for nbest in outputs for t in nbest for token in t.tokens}
+        assert written and not written & set(tags)
+    pytest.importorskip("ctranslate2", reason="needs the deploy extra: .[deploy]")
+    from seq2seq.export import export_checkpoint
+
+    directory = export_checkpoint(boosted, tmp_path / "ct2")
+    for beam in ("greedy", "beam"):
+        decoding = group_config(f"decoding/{beam}", DecodingConfig, ["target_lang=yy"])
+        outputs = Translator.from_checkpoint(directory, decoding).translate_nbest(lines)
+        written = {token for nbest in outputs for t in nbest for token in t.tokens}
+        assert written and not written & set(tags)
+
+
 def test_translate_takes_the_target_language_from_the_command_line(
     multilingual_run: Path, tmp_path: Path
 ) -> None:
@@ -313,7 +449,7 @@ def test_translate_takes_the_target_language_from_the_command_line(
     assert result.stdout == "".join(line + "\n" for line in expected)
 
 
-def test_evaluate_reports_an_untrained_direction_as_zero_shot(multilingual_run: Path) -> None:
+def test_evaluate_refuses_a_source_the_model_never_read(multilingual_run: Path) -> None:
     from seq2seq.config import group_config
     from seq2seq.decoding.config import DecodingConfig
     from seq2seq.evaluate import evaluate_checkpoint
@@ -322,12 +458,36 @@ def test_evaluate_reports_an_untrained_direction_as_zero_shot(multilingual_run: 
         json.loads((multilingual_run / "run_summary.json").read_text())["final_checkpoint"]
     )
     greedy = group_config("decoding/greedy", DecodingConfig)
-    scores = evaluate_checkpoint(final, greedy, {"directions": ["xx-yy", "en-yy"]})
-    assert set(scores["test_sets"]) == {"test.xx-yy", "test.en-yy"}
-    assert scores["test_sets"]["test.xx-yy"]["zero_shot"] is True
+    with pytest.raises(ConfigError, match="xx-yy, and this model never read xx: it reads en "):
+        evaluate_checkpoint(final, greedy, {"directions": ["xx-yy", "en-yy"]})
+    scores = evaluate_checkpoint(final, greedy, {"directions": ["en-yy"]})
+    assert set(scores["test_sets"]) == {"test.en-yy"}
     assert "zero_shot" not in scores["test_sets"]["test.en-yy"]
     summary = json.loads((multilingual_run / "run_summary.json").read_text())
     assert scores["test_sets"]["test.en-yy"]["bleu"] == summary["test"]["test.en-yy"]["bleu"]
+
+
+def test_a_one_direction_model_is_refused_other_directions() -> None:
+    from seq2seq.evaluate import evaluation_sets
+
+    trained = compose_config([]).data  # Multi30k en->de
+    for asked in ("[en-de,en-fr]", "[en-fr]"):
+        data = compose_config([f"data.directions={asked}"]).data
+        with pytest.raises(ConfigError, match="and this model translates en->de only; leave data"):
+            evaluation_sets(data, trained)
+
+
+def test_a_multilingual_runs_learning_curve_has_each_directions_validation_loss(
+    multilingual_run: Path,
+) -> None:
+    from seq2seq.analysis.learning_curves import curve_series, metrics_files, read_metrics
+
+    series = curve_series(read_metrics(metrics_files(multilingual_run)))
+    assert not series["val/loss"]  # a multilingual run logs one per direction
+    for direction in ("en-xx", "en-yy"):
+        assert [step for step, _ in series[f"val/loss/{direction}"]] == [
+            step for step, _ in series["val/bleu"]
+        ]
 
 
 class Recording:

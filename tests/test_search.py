@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 import torch
-from helpers import A, B, C, TableModel, padded_sources, tiny_transformer
+from helpers import A, B, C, TableModel, padded_sources, teacher_forced_score, tiny_transformer
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decoding.search import beam_search, greedy_search, max_output_len
@@ -109,6 +109,7 @@ class RowCounter:
     def __init__(self, model: Transformer) -> None:
         self.model, self.rows = model, []
         self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
+        self.never_ids = model.never_ids
 
     def start_decoding(self, src: torch.Tensor, beam: int = 1):
         return self.model.start_decoding(src, beam)
@@ -132,15 +133,27 @@ def test_finished_sentences_leave_the_batch(beam: int) -> None:
     assert len(counter.rows) <= 16 and counter.rows[-1] <= beam  # the longest decodes alone
 
 
-def test_search_never_outputs_pad_or_bos() -> None:
-    model = tiny_transformer()
-    with torch.no_grad():  # make BOS and PAD the most likely outputs
-        model.output_projection.weight[BOS_ID] *= 50
-        model.output_projection.weight[PAD_ID] *= 50
+def test_search_never_outputs_pad_bos_or_a_tag() -> None:
     src = padded_sources()
     max_len = torch.full((len(src),), 6)
+    models = {tags: tiny_transformer(tag_ids=tags) for tags in ((), (C,))}
+    [[first]] = greedy_search(models[()], src[:1], max_len[:1])
+    for model in models.values():
+        with torch.no_grad():  # make BOS, PAD and C the most likely outputs
+            weight = model.output_projection.weight
+            weight[BOS_ID] *= 50
+            weight[PAD_ID] *= 50
+            weight[C] = 3 * weight[first.tokens[0]]
+    [[untagged]] = greedy_search(models[()], src[:1], max_len[:1])
+    assert C in untagged.tokens  # a model without tags writes C
+    model = models[(C,)]
     for out in (greedy_search(model, src, max_len), beam_search(model, src, max_len, beam=3)):
-        assert all(tok not in (PAD_ID, BOS_ID) for [h] in out for tok in h.tokens)
+        assert all(tok not in (PAD_ID, BOS_ID, C) for [h] in out for tok in h.tokens)
+    model = tiny_transformer(tag_ids=(C,))  # scores renormalised without the tag too
+    for out in (greedy_search(model, src, max_len), beam_search(model, src, max_len, beam=3)):
+        for row, [h] in zip(src.tolist(), out, strict=True):
+            source = row[: row.index(EOS_ID)]
+            assert h.score == pytest.approx(teacher_forced_score(model, source, h.tokens), abs=1e-4)
 
 
 def test_max_output_len() -> None:

@@ -32,6 +32,7 @@ class FixedLength:
     def __init__(self, model: IncrementalDecoder, length: int) -> None:
         self.model, self.length = model, length
         self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
+        self.never_ids = model.never_ids
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState:
         return self.model.start_decoding(src, beam)

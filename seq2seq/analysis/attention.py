@@ -22,12 +22,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from seq2seq.data.corpus import normalize  # noqa: E402
 from seq2seq.data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.decoding.backend import source_batch  # noqa: E402
 from seq2seq.decoding.config import DecodingConfig  # noqa: E402
 from seq2seq.decoding.torch_backend import TorchBackend  # noqa: E402
-from seq2seq.errors import ConfigError  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
+from seq2seq.errors import ConfigError, require  # noqa: E402
 from seq2seq.io import atomic_path  # noqa: E402
 from seq2seq.model.config import SITES, Stream  # noqa: E402
 from seq2seq.model.transformer import Transformer  # noqa: E402
@@ -106,11 +106,13 @@ def attention_of(
 def translate_with_attention(
     backend: TorchBackend, decoding: DecodingConfig, text: str
 ) -> tuple[Attention, str]:
-    """The best translation of `text` and its attention."""
-    src_ids = backend.tokenizer.encode_src([normalize(text)])[0]
-    [[best, *_]] = backend.search(source_batch([src_ids]), decoding)
-    translation = backend.tokenizer.decode_tgt([best.tokens])[0]
-    return attention_of(backend.model, backend.tokenizer, src_ids, best.tokens), translation
+    """The best translation of `text` and its attention; the source is encoded as the
+    Translator encodes it (a multilingual model's tag of decoding.target_lang leads it)."""
+    translator = Translator(backend, backend.tokenizer, decoding)
+    [src_ids] = translator.source_ids([text], "text", [1])
+    require(bool(src_ids), "text", "is empty; give a sentence to translate")
+    [[best, *_]] = translator.translate_nbest([text], "text")
+    return attention_of(backend.model, backend.tokenizer, src_ids, best.tokens), best.text
 
 
 class LayerMap(NamedTuple):

@@ -40,17 +40,25 @@ def read_metrics(files: list[Path]) -> list[dict[str, str]]:
     return rows
 
 
+def curve_series(rows: list[dict[str, str]]) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) points of the training loss, the validation loss (a multilingual run's:
+    one per direction, val/loss/<src>-<tgt>) and validation BLEU."""
+    keys = ["train/loss", "val/loss", "val/bleu"]
+    keys += sorted({key for row in rows for key in row if key.startswith("val/loss/")})
+    return {
+        key: [(int(row["step"]), float(row[key])) for row in rows if row.get(key) not in (None, "")]
+        for key in keys
+    }
+
+
 def plot_learning_curve(metrics_csvs: list[Path], output: Path) -> None:
     """Train and validation loss by step, validation BLEU on a second axis."""
-    series: dict[str, list[tuple[int, float]]] = {"train/loss": [], "val/loss": [], "val/bleu": []}
-    for row in read_metrics(metrics_csvs):
-        for key, points in series.items():
-            if row.get(key) not in (None, ""):
-                points.append((int(row["step"]), float(row[key])))
+    series = curve_series(read_metrics(metrics_csvs))
     fig, loss_axis = plt.subplots(figsize=(8, 4.5))
-    for key, style in (("train/loss", "-"), ("val/loss", "o-")):
-        if series[key]:
-            steps, values = zip(*series[key], strict=True)
+    for key, points in series.items():
+        if key != "val/bleu" and points:
+            steps, values = zip(*points, strict=True)
+            style = "-" if key == "train/loss" else "o-"
             loss_axis.plot(steps, values, style, label=key, alpha=0.8)
     loss_axis.set_xlabel("step")
     loss_axis.set_ylabel("label-smoothed cross-entropy per token")

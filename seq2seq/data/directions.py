@@ -2,14 +2,16 @@
 multilingual model (data.directions, and those of data.corpora).
 
 A multilingual model is told which language to write by a tag in front of the source, "<2de>"
-(Johnson et al. 2017), a SentencePiece user-defined symbol and so one piece in every exported
-vocabulary. Tags are added when a pair is served and when a line is translated, never stored in
-the encoded splits: each direction's encoding is the bilingual one, and stays cached as such.
+(Johnson et al. 2017), a SentencePiece control symbol: one piece in every exported vocabulary,
+which no text encodes to and no decoding writes. Tags are added when a pair is served and when
+a line is translated, never stored in the encoded splits: each direction's encoding is the
+bilingual one, and stays cached as such.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from seq2seq.data.config import DataConfig, parse_direction
@@ -68,6 +70,9 @@ def describe_data(data: DataConfig) -> str:
     return f"{data.name} {data.src_lang}->{data.tgt_lang}"
 
 
+TAG = re.compile(r"<2[^<>\s]+>")  # a tag's piece
+
+
 def tag(lang: str) -> str:
     """The piece in front of a source asking for `lang`."""
     return f"<2{lang}>"
@@ -111,6 +116,21 @@ def check_target(data: DataConfig, target_lang: str | None) -> str | None:
     return target_lang
 
 
+def source_languages(data: DataConfig) -> list[str]:
+    """The languages a model trained on `data` reads, sorted."""
+    return sorted({d.src for d in directions(data)})
+
+
 def zero_shot(data: DataConfig, src: str, tgt: str) -> bool:
-    """Whether src->tgt was not trained, though the model knows both languages."""
+    """Whether src->tgt was not trained, though the model read `src` and wrote `tgt` in other
+    directions; a source it never read, or a target it never wrote, is refused: its score
+    would say nothing about zero-shot translation."""
+    sources = source_languages(data)
+    if src not in sources:
+        raise ConfigError(
+            f"config key 'data.directions': {src}-{tgt}, and this model never read {src}: it "
+            f"reads {', '.join(sources)} and writes {', '.join(target_languages(data))}; "
+            "choose a direction between those"
+        )
+    check_target(data, tgt)
     return (src, tgt) not in {(d.src, d.tgt) for d in directions(data)}

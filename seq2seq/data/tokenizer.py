@@ -18,6 +18,7 @@ import sentencepiece as spm
 
 from seq2seq.concurrency import build_lock
 from seq2seq.data.config import TokenizerConfig
+from seq2seq.data.directions import TAG
 from seq2seq.errors import DataError
 from seq2seq.io import atomic_dir
 
@@ -50,6 +51,19 @@ class Tokenizer:
         for sp in (self.src, self.tgt):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
             assert ids == (PAD_ID, UNK_ID, BOS_ID, EOS_ID), f"unexpected special ids {ids}"
+        # a multilingual model's tags (its vocabulary is joint): control symbols, or in a
+        # tokenizer trained before they were, user-defined pieces, which text encodes to
+        # unless each is spelled out in the ids of its characters instead
+        self.tag_ids = tuple(
+            i
+            for i in range(self.src.vocab_size())
+            if TAG.fullmatch(self.src.id_to_piece(i)) and (self.joint or self.src.is_control(i))
+        )
+        self.spelled_tags = {
+            i: [self.src.piece_to_id(c) for c in self.src.id_to_piece(i)]
+            for i in self.tag_ids
+            if not self.src.is_control(i)
+        }
 
     @property
     def joint(self) -> bool:
@@ -69,11 +83,20 @@ class Tokenizer:
         return hashlib.sha256(self.src_model + b"\0" + self.tgt_model).hexdigest()
 
     def encode_src(self, lines: list[str], num_threads: int = -1) -> list[list[int]]:
-        """Ids of each line; `num_threads` -1: SentencePiece's choice (every core)."""
-        return self.src.encode(lines, num_threads=num_threads)
+        """Ids of each line; `num_threads` -1: SentencePiece's choice (every core). A tag's
+        text is text: never a tag's id."""
+        return self.without_tags(self.src.encode(lines, num_threads=num_threads))
 
     def encode_tgt(self, lines: list[str], num_threads: int = -1) -> list[list[int]]:
-        return self.tgt.encode(lines, num_threads=num_threads)
+        return self.without_tags(self.tgt.encode(lines, num_threads=num_threads))
+
+    def without_tags(self, encoded: list[list[int]]) -> list[list[int]]:
+        """`encoded` with each user-defined tag spelled out (none since tags are control
+        symbols)."""
+        if not self.spelled_tags:
+            return encoded
+        spelled = self.spelled_tags
+        return [[i for piece in seq for i in spelled.get(piece, (piece,))] for seq in encoded]
 
     def piece_id(self, piece: str) -> int:
         """The source id of a piece the model holds whole (a tag, "<2de>")."""
@@ -163,15 +186,16 @@ def train_sentencepiece(
     lines: Iterable[str],
     cfg: TokenizerConfig,
     where: str = "the training text",
-    user_symbols: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> bytes:
     """Train on already-normalised lines; identity rule so that decode(encode(x)) == x.
-    `user_symbols` become pieces of their own (a multilingual model's tags). SentencePiece's
-    own errors come back as one message naming `where` and the likely cause."""
+    `tags` (a multilingual model's, "<2de>") become control symbols: pieces of their own that
+    no text encodes to and that decode to nothing. SentencePiece's own errors come back as
+    one message naming `where` and the likely cause."""
     model = io.BytesIO()
     spm.set_random_generator_seed(cfg.seed)
     try:
-        _train(lines, model, cfg, user_symbols)
+        _train(lines, model, cfg, tags)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1].rsplit("]", 1)[-1].strip() or str(e)
         if "Vocabulary size" in str(e):
@@ -189,7 +213,7 @@ def train_sentencepiece(
 
 
 def _train(
-    lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig, user_symbols: Sequence[str]
+    lines: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig, tags: Sequence[str]
 ) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
@@ -207,7 +231,7 @@ def _train(
         input_sentence_size=0,  # the sample is drawn before (sample_sentences)
         num_threads=cfg.num_threads,
         minloglevel=2,
-        **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
+        **({"control_symbols": list(tags)} if tags else {}),
     )
 
 
@@ -217,12 +241,12 @@ def _train_and_save(
     training_text: Callable[[tuple[str, ...]], list[str]],
     where: str,
     directory: Path,
-    user_symbols: Sequence[str],
+    tags: Sequence[str],
 ) -> Tokenizer:
     start = time.perf_counter()
     if cfg.joint:
         text = training_text(("src", "tgt"))
-        src_model = tgt_model = train_sentencepiece(text, cfg, where, user_symbols)
+        src_model = tgt_model = train_sentencepiece(text, cfg, where, tags)
     else:
         src_model = train_sentencepiece(training_text(("src",)), cfg, f"{where} (source side)")
         tgt_model = train_sentencepiece(training_text(("tgt",)), cfg, f"{where} (target side)")
@@ -243,13 +267,11 @@ def _train_and_save(
     return tokenizer
 
 
-def tokenizer_key(
-    cfg: TokenizerConfig, inputs: dict[str, Any], user_symbols: Sequence[str] = ()
-) -> str:
+def tokenizer_key(cfg: TokenizerConfig, inputs: dict[str, Any], tags: Sequence[str] = ()) -> str:
     """Cache key from the settings, the training files' hashes and the library version."""
     payload = {"settings": asdict(cfg), "inputs": inputs, "sentencepiece": spm.__version__}
-    if user_symbols:  # absent otherwise: the keys of tokenizers trained before stay the same
-        payload["user_symbols"] = list(user_symbols)
+    if tags:  # absent otherwise: the keys of tokenizers trained before stay the same
+        payload["control_symbols"] = list(tags)  # a new key: tags were user symbols before
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -259,20 +281,20 @@ def load_or_train(
     inputs: dict[str, Any],
     training_text: Callable[[tuple[str, ...]], list[str]],
     where: str = "the training text",
-    user_symbols: Sequence[str] = (),
+    tags: Sequence[str] = (),
 ) -> tuple[Tokenizer, bool]:
     """Return the cached tokenizer for this key, or train and cache one. Also says if it trained.
 
     `inputs` identifies the training text (file hashes, languages, normalisation) and
     `training_text(sides)` returns the normalised sample of those sides ("src", "tgt") to train
     one model on, called only on a cache miss; errors name that text as `where`.
-    `user_symbols`: pieces of their own, in a joint model (a multilingual model's tags).
+    `tags`: a multilingual model's, control symbols of a joint model (train_sentencepiece).
     """
-    directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs, user_symbols)
+    directory = cache_dir / "tokenizer" / tokenizer_key(cfg, inputs, tags)
     if (directory / "tgt.model").exists():
         return Tokenizer.load(directory), False
     with build_lock(directory):  # runs started together: one trains, the others wait
         if (directory / "tgt.model").exists():
             return Tokenizer.load(directory), False
-        tokenizer = _train_and_save(cfg, inputs, training_text, where, directory, user_symbols)
+        tokenizer = _train_and_save(cfg, inputs, training_text, where, directory, tags)
     return tokenizer, True

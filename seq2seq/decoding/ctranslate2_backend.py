@@ -291,9 +291,10 @@ def training_config(directory: Path, metadata: dict[str, Any]) -> RootConfig | N
 
 
 def suppressed(tokenizer: Tokenizer) -> list[list[str]]:
-    """PAD and BOS as CTranslate2's `suppress_sequences`: our search never outputs them."""
+    """PAD, BOS and a multilingual model's tags as CTranslate2's `suppress_sequences`: our
+    search never outputs them."""
     tgt = tokenizer.tgt
-    return [[tgt.id_to_piece(i)] for i in (tokenizer.pad_id, tokenizer.bos_id)]
+    return [[tgt.id_to_piece(i)] for i in (tokenizer.pad_id, tokenizer.bos_id, *tokenizer.tag_ids)]
 
 
 def load_engine(directory: Path, device: torch.device, compute_type: str = "default"):

@@ -34,11 +34,11 @@ class Ensemble:
     def __init__(self, models: Sequence[IncrementalDecoder]) -> None:
         if not models:
             raise ConfigError("an ensemble needs at least one model")
-        ids = {(m.pad_id, m.bos_id, m.eos_id) for m in models}
+        ids = {(m.pad_id, m.bos_id, m.eos_id, m.never_ids) for m in models}
         if len(ids) != 1:
             raise ConfigError(f"the models of an ensemble use different special ids: {ids}")
         self.models = list(models)
-        self.pad_id, self.bos_id, self.eos_id = ids.pop()
+        self.pad_id, self.bos_id, self.eos_id, self.never_ids = ids.pop()
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> EnsembleState:
         return EnsembleState([m.start_decoding(src, beam) for m in self.models])

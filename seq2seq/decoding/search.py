@@ -9,10 +9,10 @@ so the last steps of a batch cost only what its unfinished sentences need.
 
 Both return n-best lists, best first, of `Hypothesis(tokens, score)`: the score is the sum of
 the log-probabilities of the tokens and EOS over length**length_penalty, the length counting
-EOS. PAD and BOS are never output, and each step's distribution is renormalised over the
-tokens that can be: the log-probabilities of the distribution the search draws from, as
-CTranslate2 computes them for its suppressed tokens, so that an exported model gives the same
-hypotheses and scores (docs/deploy.md).
+EOS. PAD, BOS and a multilingual model's tags are never output (`never_ids`), and each step's
+distribution is renormalised over the tokens that can be: the log-probabilities of the
+distribution the search draws from, as CTranslate2 computes them for its suppressed tokens, so
+that an exported model gives the same hypotheses and scores (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class IncrementalDecoder(Protocol):
     pad_id: int
     bos_id: int
     eos_id: int
+    never_ids: tuple[int, ...]  # never output: PAD, BOS and a multilingual model's tags
 
     def start_decoding(self, src: Tensor, beam: int = 1) -> DecoderState: ...
 
@@ -62,8 +63,8 @@ LEAST_REMAINDER = 1e-6
 def restrict_outputs(
     model: IncrementalDecoder, log_probs: Tensor, at_limit: Tensor, never: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """PAD and BOS (the ids `never`) are never output; rows at their length limit (`at_limit`)
-    may only end. Returns the masked log-probs and, per row, log(1 - P(PAD) - P(BOS)):
+    """PAD, BOS and tags (the ids `never`) are never output; rows at their length limit
+    (`at_limit`) may only end. Returns the masked log-probs and, per row, log(1 - P(never)):
     subtracted from a row's log-probs, it renormalises them over the tokens that can be output
     (a constant per row, so it goes to the scores, not over the (N, V) table). In place: the
     (N, V) copy a masked_fill makes was a fifth of a beam search step (AMD EPYC; bf16 units:
@@ -79,7 +80,7 @@ def restrict_outputs(
 
 
 def never_output(model: IncrementalDecoder, device: torch.device) -> Tensor:
-    return torch.tensor([model.pad_id, model.bos_id], device=device)
+    return torch.tensor(model.never_ids, device=device)
 
 
 def strip_at_end(model: IncrementalDecoder, rows: list[list[int]]) -> list[list[int]]:

@@ -5,7 +5,6 @@ from seq2seq.decoding import Translator   # also: from seq2seq.translator import
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,13 +103,13 @@ class Translator:
         """The configuration of the run that trained the model, when recorded."""
         return self.backend.training_config
 
-    @functools.cached_property
-    def tag_id(self) -> int | None:
+    def tag_id(self, target_lang: str | None = None) -> int | None:
         """The id of the tag that leads every source of a multilingual model: that of
-        decoding.target_lang, which such a model needs (directions.check_target); None for a
-        one-direction model. Without the training config, the tag of decoding.target_lang
-        when it is set, as the vocabulary holds it."""
-        target_lang = self.decoding.target_lang
+        `target_lang`, or of decoding.target_lang when it is None, which such a model needs
+        (directions.check_target); None for a one-direction model. Without the training
+        config, the tag of the language asked for when one is, as the vocabulary holds it.
+        Looked up on every call: a changed decoding.target_lang takes effect at once."""
+        target_lang = target_lang or self.decoding.target_lang
         if self.training_config is not None:
             target_lang = check_target(self.training_config.data, target_lang)
         if target_lang is None:
@@ -131,6 +130,8 @@ class Translator:
         first_line: int = 1,
         prefixes: list[str] | None = None,
         constraints: list[list[str]] | None = None,
+        *,
+        target_lang: str | None = None,
     ) -> list[str]:
         """One output per input line, in order; an empty line gives an empty line.
 
@@ -138,8 +139,11 @@ class Translator:
         (decoding.long_inputs=error); messages name it as `where`, line `first_line` + i.
         `prefixes`: per line, text its translation must start with ("" for none);
         `constraints`: per line, phrases its translation must contain ([] for none).
+        `target_lang`: the language a multilingual model writes (default decoding.target_lang).
         """
-        nbest = self.translate_nbest(lines, where, first_line, prefixes, constraints)
+        nbest = self.translate_nbest(
+            lines, where, first_line, prefixes, constraints, target_lang=target_lang
+        )
         return [best.text for best, *_ in nbest]
 
     def translate_nbest(
@@ -151,12 +155,13 @@ class Translator:
         constraints: list[list[str]] | None = None,
         *,
         numbers: Sequence[int] | None = None,
+        target_lang: str | None = None,
     ) -> list[list[Translation]]:
         """`decoding.nbest` translations per input line, best first, with their scores; an
         empty line gives as many empty translations, scored 0 (nothing is decoded, and its
         prefix is not output either). `numbers`: each line's number, for lines that are not
         consecutive (the server's batches of several requests), instead of `first_line` + i:
-        what messages name and what seeds a line's samples.
+        what messages name and what seeds a line's samples. `target_lang`: as in translate.
 
         A prefix is normalised as the input is and encoded with the target SentencePiece
         model; the output continues its pieces, so its text starts with the prefix's (the
@@ -169,7 +174,7 @@ class Translator:
         the length limit and beam is the best without, with a warning naming the line and
         the phrases it misses."""
         numbers = list(numbers or range(first_line, first_line + len(lines)))
-        ids = self.source_ids(lines, where, numbers)
+        ids = self.source_ids(lines, where, numbers, target_lang)
         targets = self.prefix_ids(prefixes, len(lines))
         phrases = self.constraint_ids(constraints, len(lines), where, numbers)
         empty = [Translation("", 0.0)] * self.decoding.nbest
@@ -236,11 +241,14 @@ class Translator:
                 ", ".join(repr(p) for p in missing),
             )
 
-    def source_ids(self, lines: list[str], where: str, numbers: list[int]) -> list[list[int]]:
+    def source_ids(
+        self, lines: list[str], where: str, numbers: list[int], target_lang: str | None = None
+    ) -> list[list[int]]:
         """SentencePiece ids of the normalised lines (numbered `numbers`), each within the
-        model's positions."""
+        model's positions, led by the tag of `target_lang` for a multilingual model."""
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
-        tagged = self.tag_id is not None
+        tag_id = self.tag_id(target_lang)
+        tagged = tag_id is not None
         limit = self.backend.max_len - 1 - tagged  # positions, less one for EOS and the tag
         for number, seq in zip(numbers, ids, strict=True):
             if len(seq) <= limit:
@@ -256,5 +264,5 @@ class Translator:
             )
             del seq[limit:]
         if tagged:  # an empty line stays empty: it is not decoded
-            ids = [[self.tag_id, *seq] if seq else seq for seq in ids]
+            ids = [[tag_id, *seq] if seq else seq for seq in ids]
         return ids

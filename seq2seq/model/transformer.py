@@ -254,6 +254,7 @@ class Vocabulary(Protocol):
     pad_id: int
     bos_id: int
     eos_id: int
+    tag_ids: tuple[int, ...]  # a multilingual model's target-language tags
 
 
 class Transformer(nn.Module):
@@ -268,6 +269,7 @@ class Transformer(nn.Module):
             pad_id=vocabulary.pad_id,
             bos_id=vocabulary.bos_id,
             eos_id=vocabulary.eos_id,
+            tag_ids=vocabulary.tag_ids,
         )
 
     def __init__(
@@ -280,11 +282,13 @@ class Transformer(nn.Module):
         pad_id: int,
         bos_id: int,
         eos_id: int,
+        tag_ids: tuple[int, ...] = (),
     ) -> None:
         super().__init__()
         config.check()  # e.g. a wiring that feeds the target to the encoder fails here, saying why
         self.config = config
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id  # search reads them too
+        self.never_ids = (pad_id, bos_id, *tag_ids)  # ids search never outputs
         if config.attention.allow_future_leak:
             log.warning(
                 "model.attention.allow_future_leak=true: the decoder sees later target tokens "
