@@ -396,6 +396,7 @@ def test_a_multilingual_model_never_writes_a_tag_in_either_search(
 
     from seq2seq.config import group_config
     from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+    from seq2seq.decoding.backend import source_batch
     from seq2seq.decoding.checkpoint import load_trained
     from seq2seq.decoding.config import DecodingConfig
     from seq2seq.decoding.translator import Translator
@@ -413,6 +414,12 @@ def test_a_multilingual_model_never_writes_a_tag_in_either_search(
     boosted = tmp_path / "boosted.ckpt"
     torch.save(checkpoint, boosted)
     lines = toy_languages()["en"][240:250]
+    model = load_trained(boosted).model
+    yy = group_config("decoding/greedy", DecodingConfig, ["target_lang=yy"])
+    ids = Translator.from_checkpoint(boosted, yy).source_ids(lines, "input", list(range(10)))
+    with torch.no_grad():  # unmasked, the first token of some lines would be a tag
+        logits = model(source_batch(ids), torch.full((len(lines), 1), BOS_ID))
+    assert set(logits[:, 0].argmax(-1).tolist()) & set(tags)
     for beam in ("greedy", "beam"):
         decoding = group_config(f"decoding/{beam}", DecodingConfig, ["target_lang=yy"])
         outputs = Translator.from_checkpoint(boosted, decoding).translate_nbest(lines)

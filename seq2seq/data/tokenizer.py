@@ -51,14 +51,11 @@ class Tokenizer:
         for sp in (self.src, self.tgt):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
             assert ids == (PAD_ID, UNK_ID, BOS_ID, EOS_ID), f"unexpected special ids {ids}"
-        # a multilingual model's tags (its vocabulary is joint): control symbols, or in a
+        # a multilingual model's tags, in its joint vocabulary only: control symbols, or in a
         # tokenizer trained before they were, user-defined pieces, which text encodes to
         # unless each is spelled out in the ids of its characters instead
-        self.tag_ids = tuple(
-            i
-            for i in range(self.src.vocab_size())
-            if TAG.fullmatch(self.src.id_to_piece(i)) and (self.joint or self.src.is_control(i))
-        )
+        pieces = range(self.src.vocab_size()) if self.joint else ()
+        self.tag_ids = tuple(i for i in pieces if TAG.fullmatch(self.src.id_to_piece(i)))
         self.spelled_tags = {
             i: [self.src.piece_to_id(c) for c in self.src.id_to_piece(i)]
             for i in self.tag_ids
