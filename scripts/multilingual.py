@@ -8,13 +8,19 @@ held, and the machine.
         --json docs/bench/multilingual/m30k-3dir-60min-1234.json
     python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
     python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
+    python scripts/multilingual.py --directions en-nso,en-zu --disjoint-from en-nso,en-zu
+    python scripts/multilingual.py --directions en-zu --disjoint-from en-nso,en-zu --minutes 30
     python scripts/multilingual.py --zero-shot de-fr,fr-de --pivot en --run <run dir>
 
-A direction is `<src>-<tgt>` of Multi30k (test_2016_flickr), `en-nso` (Autshumato: dev and
-test), or `<src>-<tgt>:<pairs>`, a seeded sample of that many Multi30k training pairs (written
-under --work). `--zero-shot` scores an existing run's final checkpoint on Multi30k directions
-it was not trained on, and with `--pivot en` also through English by the same model (src -> en
--> tgt), the reference zero-shot translation is held to. Extra Hydra overrides go after `--`.
+A direction is `<src>-<tgt>` of Multi30k (test_2016_flickr), `en-nso` or `en-zu` (Autshumato: dev
+and test), or `<src>-<tgt>:<pairs>`, a seeded sample of that many Multi30k training pairs (written
+under --work). `--disjoint-from` removes from each trained direction's training split the pairs
+whose source (spaces and byte-order mark trimmed) is among the dev or test sources of the other
+directions it names, as the two sides of a comparison both must (the Autshumato corpora share
+English sentences); the JSON counts them. `--zero-shot` scores an existing run's final checkpoint
+on Multi30k directions it was not trained on, and with `--pivot en` also through English by the
+same model (src -> en -> tgt), the reference zero-shot translation is held to. Extra Hydra
+overrides go after `--`.
 Needs langid (`.[bench]`).
 """
 
@@ -33,49 +39,125 @@ from corpus_recipe import DATA, ROOT, machine, report, scores, subset
 from langid.langid import LanguageIdentifier, model
 
 from seq2seq.data.corpus import read_lines
+from seq2seq.io import atomic_path
+
+AUTSHUMATO = {"en-nso", "en-zu"}  # ../shared/data/autshumato_en_*
 
 
-def corpus_entry(name: str, folder: Path, files: dict[str, tuple[str, str]], direction: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class Direction:
+    """One direction's files: (source, target) per split, relative to `folder` or absolute."""
+
+    pair: str  # "en-nso"
+    name: str  # its corpus name in the run
+    folder: Path
+    files: dict[str, tuple[str, str]]  # train, val, test
+    plain: bool  # Multi30k's own (data.directions): its files as the data config names them
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        src, tgt = self.pair.split("-")
+        return src, tgt
+
+    def sources(self, split: str) -> list[str]:
+        return read_lines(self.folder / self.files[split][0])
+
+
+def direction(text: str, work: Path) -> Direction:
+    """`<src>-<tgt>` of Multi30k, `<src>-<tgt>:<pairs>` (a seeded sample of its training
+    pairs), or en-nso / en-zu (Autshumato: dev and test)."""
+    pair, *size = text.split(":")
+    src, tgt = pair.split("-")
+    if pair in AUTSHUMATO:
+        parts = (("train", "train"), ("val", "dev"), ("test", "test"))
+        files = {split: (f"{part}.{src}.gz", f"{part}.{tgt}.gz") for split, part in parts}
+        return Direction(pair, f"autshumato_{tgt}", DATA / f"autshumato_{src}_{tgt}", files, False)
+    folder = DATA / "multi30k"
+    files = {
+        "train": (f"train.{src}.gz", f"train.{tgt}.gz"),
+        "val": (f"val.{src}.gz", f"val.{tgt}.gz"),
+        "test": (f"test_2016_flickr.{src}.gz", f"test_2016_flickr.{tgt}.gz"),
+    }
+    if not size:
+        return Direction(pair, "multi30k", folder, files, True)
+    train = subset(folder / files["train"][0], folder / files["train"][1], int(size[0]), work)
+    files["train"] = (str(train[0]), str(train[1]))
+    return Direction(pair, f"multi30k_{pair}_{size[0]}", folder, files, False)
+
+
+def source_key(line: str) -> str:
+    """A source sentence as the overlap between corpora is judged: spaces and a byte-order mark
+    trimmed."""
+    return line.strip().lstrip("\ufeff").strip()
+
+
+def without_sources(trained: Direction, held: list[Direction], work: Path) -> tuple[Direction, int]:
+    """`trained` with the training pairs removed whose source is among the dev or test sources
+    of the `held` directions (its own excepted): sentences one direction is scored on that the
+    shared model would otherwise have read as training data of another. Returns the pairs
+    removed."""
+    others = [d for d in held if d.pair != trained.pair]
+    if not others:
+        return trained, 0
+    seen = {
+        source_key(line) for d in others for split in ("val", "test") for line in d.sources(split)
+    }
+    sources = read_lines(trained.folder / trained.files["train"][0])
+    targets = read_lines(trained.folder / trained.files["train"][1])
+    kept = [i for i, line in enumerate(sources) if source_key(line) not in seen]
+    tag = "+".join(d.pair for d in others)
+    out = work / "disjoint" / f"{trained.name}-without-{tag}"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = out / f"train.{trained.langs[0]}", out / f"train.{trained.langs[1]}"
+    for path, lines in zip(paths, (sources, targets), strict=True):
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(lines[i] + "\n" for i in kept), encoding="utf-8")
+    files = {**trained.files, "train": (str(paths[0]), str(paths[1]))}
+    return dataclasses.replace(trained, files=files, plain=False), len(sources) - len(kept)
+
+
+def corpus_entry(d: Direction) -> str:
     """`+data.corpora.<name>={...}`: a further corpus of one direction, as a Hydra override."""
     splits = ",".join(
-        f"{split}:{{src:'{src}',tgt:'{tgt}',tsv:null}}" for split, (src, tgt) in files.items()
+        f"{split}:{{src:'{src}',tgt:'{tgt}',tsv:null}}" for split, (src, tgt) in d.files.items()
     )
     return (
-        f"+data.corpora.{name}={{dir:'{folder}',languages:null,directions:[{direction}],"
+        f"+data.corpora.{d.name}={{dir:'{d.folder}',languages:null,directions:[{d.pair}],"
         f"splits:{{{splits}}},train_split:train,val_split:val,test_sets:[test],download:null,"
         "verify_checksums:false}"
     )
 
 
-def direction_overrides(directions: list[str], work: Path) -> list[str]:
-    """Multi30k's directions as data.directions, the others as data.corpora entries."""
-    plain, extra = [], []
-    for text in directions:
-        pair, *size = text.split(":")
-        src, tgt = pair.split("-")
-        if pair == "en-nso":
-            folder = DATA / "autshumato_en_nso"
-            files = {
-                split: (f"{part}.en.gz", f"{part}.nso.gz")
-                for split, part in (("train", "train"), ("val", "dev"), ("test", "test"))
-            }
-            extra.append(corpus_entry("autshumato", folder, files, pair))
-        elif size:
-            folder = DATA / "multi30k"
-            train = subset(
-                folder / f"train.{src}.gz", folder / f"train.{tgt}.gz", int(size[0]), work
-            )
-            files = {
-                "train": (str(train[0]), str(train[1])),
-                "val": (f"val.{src}.gz", f"val.{tgt}.gz"),
-                "test": (f"test_2016_flickr.{src}.gz", f"test_2016_flickr.{tgt}.gz"),
-            }
-            extra.append(corpus_entry(f"multi30k_{pair}_{size[0]}", folder, files, pair))
-        else:
-            plain.append(pair)
-    if not plain:
-        raise SystemExit("--directions: name at least one Multi30k direction without a size")
-    return [f"paths.data_dir={DATA}", f"data.directions=[{','.join(plain)}]", *extra]
+def main_corpus(d: Direction) -> list[str]:
+    """The run's own corpus (`data`) as the files of one direction."""
+    src, tgt = d.langs
+    return [
+        "data=parallel_files",
+        f"data.name={d.name}",
+        f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}",
+        f"data.dir={d.folder}",
+        "data.directions=[]",
+        *(
+            f"data.splits.{split}.{side}={name}"
+            for split, names in d.files.items()
+            for side, name in zip(("src", "tgt"), names, strict=True)
+        ),
+    ]
+
+
+def direction_overrides(directions: list[Direction]) -> list[str]:
+    """Multi30k's directions as data.directions, the others as data.corpora entries; without a
+    Multi30k direction, the first is the run's own corpus."""
+    plain = [d.pair for d in directions if d.plain]
+    extra = [d for d in directions if not d.plain]
+    if plain:
+        return [
+            f"paths.data_dir={DATA}",
+            f"data.directions=[{','.join(plain)}]",
+            *map(corpus_entry, extra),
+        ]
+    return [*main_corpus(extra[0]), *map(corpus_entry, extra[1:])]
 
 
 IDENTIFIER = LanguageIdentifier.from_modelstring(model, norm_probs=False)
@@ -135,35 +217,44 @@ def own_directory(path: Path) -> Path:
 
 
 def train(args: argparse.Namespace) -> dict:
-    directions = args.directions.split(",")
+    texts = args.directions.split(",")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    name = "+".join(d.replace(":", "_") for d in directions)
+    name = "+".join(d.replace(":", "_") for d in texts)
     run_dir = own_directory(
         args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
     )
+    directions = [direction(text, args.work / "subsets") for text in texts]
+    held = [direction(text, args.work / "subsets") for text in args.disjoint_from]
+    removed = {}
+    for i, d in enumerate(directions):
+        directions[i], removed[d.pair] = without_sources(d, held, args.work)
     several = len(directions) > 1
-    tgt = directions[0].split(":")[0].split("-")[1]
+    one = directions[0]
+    corpus = (
+        [f"paths.data_dir={DATA}", f"data.src_lang={one.langs[0]}", f"data.tgt_lang={one.langs[1]}"]
+        if not several and one.plain
+        else direction_overrides(directions)
+    )
     command = [
         sys.executable,
         "-m",
         "seq2seq.train",
         f"experiment={'multi30k_multilingual_cpu_1h' if several else 'multi30k_cpu_1h_tuned'}",
-        *direction_overrides(directions, args.work / "subsets"),
+        *corpus,
         *([f"data.mix_temperature={args.temperature}"] * several),
         f"trainer.max_time=00:00:{args.minutes}:00",
         f"seed={args.seed}",
         f"hydra.run.dir={run_dir}",
         *args.overrides,
     ]
-    if not several:  # one direction: data.src_lang and data.tgt_lang, not a list
-        src = directions[0].split("-")[0]
-        command = [c for c in command if not c.startswith("data.directions")]
-        command += [f"data.src_lang={src}", f"data.tgt_lang={tgt}"]
     subprocess.run(command, check=True, cwd=ROOT)
     summary = json.loads((run_dir / "run_summary.json").read_text())
     return {
         "run_dir": str(run_dir),
-        "directions": directions,
+        "directions": texts,
+        **(
+            {"disjoint_from": args.disjoint_from, "training_pairs_removed": removed} if held else {}
+        ),
         "minutes": args.minutes,
         "mix_temperature": args.temperature if several else None,
         "precision": summary["precision"],
@@ -172,7 +263,7 @@ def train(args: argparse.Namespace) -> dict:
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
         "test": direction_results(
-            summary["test"], run_languages(run_dir), None if several else tgt
+            summary["test"], run_languages(run_dir), None if several else one.langs[1]
         ),
     }
 
@@ -234,11 +325,19 @@ def main() -> None:
     parser.add_argument("--directions", default="en-de,en-fr,en-cs")
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--disjoint-from",
+        type=lambda text: text.split(","),
+        default=[],
+        help="directions whose dev and test sources are removed from the other directions' "
+        "training splits",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--zero-shot", help="directions to score an existing run on")
     parser.add_argument("--pivot", help="with --zero-shot: also translate through this language")
     parser.add_argument("--run", type=Path, help="the run directory, with --zero-shot")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "multilingual")
+    parser.add_argument("--beside", default="nothing", help="what ran beside it, for the record")
     parser.add_argument("--json", type=Path, help="where to write the result")
     parser.add_argument("overrides", nargs="*", help="after --: Hydra overrides")
     args = parser.parse_args()
@@ -250,6 +349,7 @@ def main() -> None:
         "command": " ".join(["python", "scripts/multilingual.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
+        "beside": args.beside,
         "seed": args.seed,
         **(zero_shot(args) if args.zero_shot else train(args)),
     }

@@ -25,14 +25,15 @@ def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_directions_of_three_corpora_make_one_config(
     script: ModuleType, shared_data: Path, tmp_path: Path
 ) -> None:
-    overrides = script.direction_overrides(["en-de", "en-fr", "en-nso", "en-cs:50"], tmp_path)
+    named = ["en-de", "en-fr", "en-nso", "en-cs:50"]
+    overrides = script.direction_overrides([script.direction(d, tmp_path) for d in named])
     config = compose_config(overrides)
     found = {d.name: d for d in directions(config.data)}
     assert list(found) == ["en-de", "en-fr", "en-nso", "en-cs"]
     assert [found[name].corpus for name in found] == [
         "multi30k",
         "multi30k",
-        "autshumato",
+        "autshumato_nso",
         "multi30k_en-cs_50",
     ]
     nso_test = split_paths(found["en-nso"].data, "test")
@@ -41,8 +42,64 @@ def test_directions_of_three_corpora_make_one_config(
     train_cs = split_paths(found["en-cs"].data, "train")
     assert len(read_lines(train_cs.src)) == len(read_lines(train_cs.tgt)) == 50
     assert split_paths(found["en-cs"].data, "test").tgt.name == "test_2016_flickr.cs.gz"
-    with pytest.raises(SystemExit, match="at least one Multi30k direction"):
-        script.direction_overrides(["en-nso"], tmp_path)
+
+
+def test_without_multi30k_the_first_direction_is_the_runs_own_corpus(
+    script: ModuleType, shared_data: Path, tmp_path: Path
+) -> None:
+    chosen = [script.direction(d, tmp_path) for d in ("en-zu", "en-nso")]
+    config = compose_config(
+        ["experiment=multi30k_multilingual_cpu_1h", *script.direction_overrides(chosen)]
+    )
+    found = {d.name: d for d in directions(config.data)}
+    assert list(found) == ["en-zu", "en-nso"]
+    assert [found[name].corpus for name in found] == ["autshumato_zu", "autshumato_nso"]
+    for name, lang in (("en-zu", "zu"), ("en-nso", "nso")):
+        for split, part in (("train", "train"), ("val", "dev"), ("test", "test")):
+            files = split_paths(found[name].data, split)
+            assert (files.src.name, files.tgt.name) == (f"{part}.en.gz", f"{part}.{lang}.gz")
+            assert files.tgt.exists()
+
+
+def test_training_pairs_whose_source_another_direction_is_scored_on_are_removed(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    """Each trained direction loses the pairs whose source, trimmed of spaces and a byte-order
+    mark, is among another named direction's dev or test sources; its own are left alone."""
+
+    def corpus(name: str, lines: dict[str, list[str]]) -> object:
+        folder = tmp_path / name
+        folder.mkdir()
+        files = {}
+        for split, sources in lines.items():
+            (folder / f"{split}.en").write_text("".join(f"{s}\n" for s in sources))
+            targets = [f"{name}:{i}" for i in range(len(sources))]
+            (folder / f"{split}.xx").write_text("".join(f"{t}\n" for t in targets))
+            files[split] = (f"{split}.en", f"{split}.xx")
+        return script.Direction(f"en-{name}", name, folder, files, False)
+
+    a = corpus(
+        "aa",
+        {
+            "train": ["one", " two ", "\ufeffthree", "four", "own test"],
+            "val": ["a dev"],
+            "test": ["own test"],
+        },
+    )
+    b = corpus(
+        "bb",
+        {"train": ["five", "a dev", "one"], "val": ["two", "six"], "test": ["three", "four x"]},
+    )
+    kept, removed = script.without_sources(a, [a, b], tmp_path / "work")
+    assert removed == 2  # "two" and "three"; "own test" is a's own, "four" is not "four x"
+    src, tgt = (Path(name) for name in kept.files["train"])
+    assert read_lines(src) == ["one", "four", "own test"]
+    assert read_lines(tgt) == ["aa:0", "aa:3", "aa:4"]
+    assert kept.files["test"] == a.files["test"] and not kept.plain
+    kept_b, removed_b = script.without_sources(b, [a, b], tmp_path / "work")
+    assert removed_b == 1  # "a dev"; "one" is only among a's training sources
+    assert read_lines(Path(kept_b.files["train"][0])) == ["five", "one"]
+    assert script.without_sources(a, [a], tmp_path / "work") == (a, 0)
 
 
 def test_the_off_target_rate_counts_outputs_in_another_language(script: ModuleType) -> None:
