@@ -1,7 +1,7 @@
 """Our search against CTranslate2's on one trained checkpoint, text in, text out.
 
     python scripts/decoding_benchmark.py CKPT [--source F] [--reference F] [--reps N]
-        [--json FILE] [decoding overrides, e.g. beam_size=5 batch_size=64]
+        [--transformers] [--json FILE] [decoding overrides, e.g. beam_size=5 batch_size=64]
 
 Unlike scripts/benchmark.py (random weights, lengths forced equal), this decodes the way a
 user does: the checkpoint's own weights, each sentence stopping at its own EOS. Every system
@@ -12,7 +12,12 @@ before its timed pass and deleted after it: a live ctranslate2.Translator slowed
 quarter on an AMD EPYC; bf16 units: avx512_bf16). Repetitions are interleaved; the report
 gives sentences/s (median), cased BLEU against the reference, how many outputs equal ours and
 the size of the weights on disk (ours: the float32 state_dict as torch.save writes it;
-CTranslate2: model.bin). Timings are reported, never asserted.
+CTranslate2: model.bin). With --transformers, also the directory `export.format=hf` writes,
+through transformers' Auto classes and `generate` with its generation_config.json (num_beams
+passed only where the decoding asked differs from it), in batches of the same size sorted by
+length as ours are; the lines it translates differently are listed in the JSON. A multilingual
+model: decoding's target_lang=<lang> (its tag leads each line for transformers). Timings are
+reported, never asserted.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from seq2seq.decoding.checkpoint import TrainedModel, load_trained
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.ctranslate2_backend import export_model
 from seq2seq.decoding.translator import Translator
+from seq2seq.hub.directory import export_transformers
 from seq2seq.metrics import bleu
 
 TEST = Path("../shared/data/multi30k")
@@ -47,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--source", type=Path, default=TEST / "test_2016_flickr.en.gz")
     parser.add_argument("--reference", type=Path, default=TEST / "test_2016_flickr.de.gz")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--transformers", action="store_true", help="also the export.format=hf directory"
+    )
     parser.add_argument("--json", type=Path, help="also write all measurements to this file")
     parser.add_argument("overrides", nargs="*", help="decoding overrides (conf/decoding)")
     return parser.parse_intermixed_args(argv)
@@ -62,11 +71,46 @@ def exports(trained: TrainedModel) -> dict[str, Path]:
     }
 
 
+def transformers_translate(directory: Path, decoding: DecodingConfig) -> Translate:
+    """The exported transformers directory as a user runs it: Auto classes, tokenizer, generate."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    exported = model.generation_config
+    assert decoding.length_penalty == exported.length_penalty, "decode as the model was exported"
+    beams = {} if decoding.beam_size == exported.num_beams else {"num_beams": decoding.beam_size}
+    lead = f"<2{decoding.target_lang}> " if decoding.target_lang else ""
+
+    def translate(lines: list[str]) -> list[str]:
+        order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
+        outputs = [""] * len(lines)
+        for start in range(0, len(order), decoding.batch_size):
+            chosen = order[start : start + decoding.batch_size]
+            batch = tokenizer(
+                [lead + lines[i] for i in chosen],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+            )
+            with torch.inference_mode():
+                ids = model.generate(**batch, **beams)
+            for i, text in zip(
+                chosen, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True
+            ):
+                outputs[i] = text
+        return outputs
+
+    return translate
+
+
 def weights_megabytes(trained: TrainedModel, directories: dict[str, Path]) -> dict[str, float]:
     ours = scratch_directory() / "ours.pt"
     torch.save(trained.model.state_dict(), ours)
     sizes = {"ours": ours.stat().st_size}
-    sizes |= {name: (d / "model.bin").stat().st_size for name, d in directories.items()}
+    sizes |= {
+        name: sum(f.stat().st_size for f in d.glob("model.*")) for name, d in directories.items()
+    }
     return {name: size / 1e6 for name, size in sizes.items()}
 
 
@@ -77,12 +121,25 @@ def main(argv: list[str]) -> int:
     sources, references = read_lines(args.source), read_lines(args.reference)
     ours = Translator(trained.model, trained.tokenizer, decoding).translate
     directories = exports(trained)
+    if args.transformers:
+        directories["transformers"] = export_transformers(
+            trained.model,
+            trained.tokenizer,
+            trained.config,
+            scratch_directory() / "hf",
+            {"summary": None, "run_dir": None, "license": "other", "data_license": None},
+            {},
+        )
     sizes = weights_megabytes(trained, directories)
 
     def deployed(directory: Path) -> Callable[[], Translate]:
         return lambda: Translator.from_checkpoint(directory, decoding).translate
 
     builds = {name: deployed(directory) for name, directory in directories.items()}
+    if args.transformers:
+        builds["transformers"] = lambda: transformers_translate(
+            directories["transformers"], decoding
+        )
     outputs = {"ours": ours(sources)}
     outputs |= {name: build()(sources) for name, build in builds.items()}
 
@@ -124,6 +181,19 @@ def main(argv: list[str]) -> int:
         "bleu": scores,
         "same_as_ours": same,
         "weights_megabytes": sizes,
+        **(
+            {
+                "transformers_differs": [
+                    {"line": i + 1, "source": sources[i], "ours": a, "transformers": b}
+                    for i, (a, b) in enumerate(
+                        zip(outputs["ours"], outputs["transformers"], strict=True)
+                    )
+                    if a != b
+                ]
+            }
+            if args.transformers
+            else {}
+        ),
     }
     print(f"date: {results['date']}; machine: {results['machine']}; {len(sources)} sentences")
     print(f"decoding: {results['decoding']}\n")

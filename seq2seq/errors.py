@@ -34,7 +34,14 @@ def extra_packages(extra: str) -> list[str]:
     pip builds from pyproject.toml's [project.optional-dependencies] (their one home)."""
     marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
     requirements = metadata.requires("seq2seq") or []
-    return [r.split(";")[0].strip() for r in requirements if ";" in r and marker.search(r)]
+    found = [r.split(";")[0].strip() for r in requirements if ";" in r and marker.search(r)]
+    # an extra that names another (seq2seq[hf]) holds that one's packages
+    nested = [re.fullmatch(r"seq2seq\[(\w+)\]", r) for r in found]
+    return [
+        package
+        for requirement, inner in zip(found, nested, strict=True)
+        for package in (extra_packages(inner[1]) if inner else [requirement])
+    ]
 
 
 def install_hint(extra: str) -> str:

@@ -193,7 +193,7 @@ def test_a_built_wheel_installs_and_runs_its_commands_outside_the_source_tree(
     assert list(elsewhere.iterdir()) == []
 
 
-@pytest.mark.parametrize("extra", ["deploy", "serve", "sweep", "slurm", "wandb", "mlflow"])
+@pytest.mark.parametrize("extra", ["deploy", "hf", "serve", "sweep", "slurm", "wandb", "mlflow"])
 def test_install_hints_name_the_extras_packages_of_pyproject(extra: str) -> None:
     """Read from the installed metadata: the same requirements as pyproject.toml lists."""
     listed = PYPROJECT["project"]["optional-dependencies"][extra]
@@ -201,6 +201,17 @@ def test_install_hints_name_the_extras_packages_of_pyproject(extra: str) -> None
     assert {str(Requirement(r)) for r in extra_packages(extra)} == {
         str(Requirement(r)) for r in listed
     }
+
+
+def test_an_extra_that_names_another_holds_its_packages() -> None:
+    """bench names seq2seq[hf]: its hint lists transformers' range from hf (its one home), never
+    `seq2seq[...]`, which would install the package index's other seq2seq."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert "seq2seq[hf]" in extras["bench"]
+    bench = {str(Requirement(r)) for r in extra_packages("bench")}
+    hf = {str(Requirement(r)) for r in extras["hf"]}
+    assert hf < bench and not any(r.startswith("seq2seq") for r in bench)
+    assert "langid>=1.1.6" in bench
 
 
 def test_a_missing_ctranslate2_says_how_to_install_it_from_a_wheel_or_a_checkout(

@@ -254,7 +254,8 @@ def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
     overfit_run, few_pairs: FewPairs, tmp_path: Path
 ) -> None:
     """scripts/decoding_benchmark.py, for its output, not its timings: the checkpoint converted
-    to CTranslate2 float32 translates the overfit pairs exactly as ours does."""
+    to CTranslate2 float32, and exported to transformers, translates the overfit pairs exactly
+    as ours does."""
     run_dir, _ = overfit_run
     report = tmp_path / "decoding.json"
     script = Path(__file__).resolve().parents[1] / "scripts" / "decoding_benchmark.py"
@@ -264,14 +265,18 @@ def test_decoding_benchmark_deploys_the_checkpoint_with_the_same_translations(
         f"--source={few_pairs.directory / 'pairs.src'}",
         f"--reference={few_pairs.directory / 'pairs.tgt'}",
         "--reps=1",
+        "--transformers",
         f"--json={report}",
         "batch_size=16",
     ]
     result = python(*command)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(report.read_text())
-    assert set(results["measured"]) == {"ours", "ctranslate2 float32", "ctranslate2 int8"}
+    systems = {"ours", "ctranslate2 float32", "ctranslate2 int8", "transformers"}
+    assert set(results["measured"]) == systems
     assert results["same_as_ours"]["ctranslate2 float32"] == PAIRS
+    assert results["same_as_ours"]["transformers"] == PAIRS
+    assert results["transformers_differs"] == []
     assert results["bleu"]["ctranslate2 float32"] == results["bleu"]["ours"] >= 80
     assert "| ctranslate2 int8 |" in result.stdout
     sizes = results["weights_megabytes"]  # int8: a quarter of the float32 matrices, and scales

@@ -69,8 +69,9 @@ STANDARD_STREAMS = {
 }
 
 
-def check_exportable(config: ModelConfig) -> None:
-    """Raise a ConfigError naming the first setting that CTranslate2 cannot compute as we do."""
+def check_exportable(config: ModelConfig, target: str = "CTranslate2") -> None:
+    """Raise a ConfigError naming the first setting that `target` (an inference engine or
+    architecture with one standard Transformer wiring) cannot compute as we do."""
     attention = config.attention
     for site, streams in STANDARD_STREAMS.items():
         wiring = getattr(attention, site)
@@ -78,29 +79,29 @@ def check_exportable(config: ModelConfig) -> None:
         require(
             (wiring.query, wiring.key_value) == streams,
             key,
-            f"query={wiring.query} key_value={wiring.key_value} cannot be exported: CTranslate2 "
+            f"query={wiring.query} key_value={wiring.key_value} cannot be exported: {target} "
             f"has only the standard wiring (query={streams[0]} key_value={streams[1]})",
         )
         require(
             wiring.score != Score.additive,
             f"{key}.score",
-            "additive attention cannot be exported: CTranslate2 has dot-product scores only",
+            f"additive attention cannot be exported: {target} has dot-product scores only",
         )
         require(
             wiring.heads in (None, config.heads),
             f"{key}.heads",
-            f"{wiring.heads} heads cannot be exported: CTranslate2 has one head count for "
+            f"{wiring.heads} heads cannot be exported: {target} has one head count for "
             f"every attention (model.heads={config.heads})",
         )
     require(
         not attention.allow_future_leak,
         "model.attention.allow_future_leak",
-        "a decoder trained without the causal mask cannot be exported: CTranslate2's is causal",
+        f"a decoder trained without the causal mask cannot be exported: {target}'s is causal",
     )
     require(
         not attention.layers,
         "model.attention.layers",
-        "per-layer wiring cannot be exported: CTranslate2 wires every layer alike",
+        f"per-layer wiring cannot be exported: {target} wires every layer alike",
     )
     for stack in ("encoder", "decoder"):
         for name in (f.name for f in fields(getattr(config.block, stack))):
@@ -110,7 +111,7 @@ def check_exportable(config: ModelConfig) -> None:
                     sublayer.runs and sublayer.residual,
                     f"model.block.{stack}.{name}",
                     f"layer {layer}'s {name} is skipped or has no residual connection, which "
-                    "cannot be exported: every CTranslate2 layer runs each sublayer with its "
+                    f"cannot be exported: every {target} layer runs each sublayer with its "
                     "residual",
                 )
 
@@ -207,6 +208,18 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer):
     return spec
 
 
+def refuse_nonempty(directory: Path, overwrite: bool) -> None:
+    """An export replaces a non-empty directory only when asked (export.overwrite)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"export.dir {directory} is a file: name a directory")
+    if directory.exists() and any(directory.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"export.dir {directory} already exists and is not empty: choose another "
+            "directory, or replace it with export.overwrite=true"
+        )
+
+
 def export_model(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -227,14 +240,8 @@ def export_model(
         "export.quantization",
         f"{quantization!r} is not one of CTranslate2's types: none, {', '.join(accepted)}",
     )
+    refuse_nonempty(directory, overwrite)
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"export.dir {directory} is a file: name a directory")
-    if directory.exists() and any(directory.iterdir()) and not overwrite:
-        raise ConfigError(
-            f"export.dir {directory} already exists and is not empty: choose another "
-            "directory, or replace it with export.overwrite=true"
-        )
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)

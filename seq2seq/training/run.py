@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import platform
 import shlex
 import time
 from pathlib import Path
@@ -374,6 +375,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "seed": config.seed,
         "parameters": total,
         "precision": str(trainer.precision),
+        "hardware": hardware(trainer),
         "train_seconds": round(seconds, 1),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
@@ -387,3 +389,19 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
             "seconds": round(choice_seconds, 1),
         },
     }
+
+
+def hardware(trainer: pl.Trainer) -> str:
+    """What trained the model, in words (run_summary.json, a model card): the GPUs, or the CPU
+    and the threads torch used."""
+    device = trainer.strategy.root_device
+    if device.type == "cuda":
+        return f"{trainer.num_devices} x {torch.cuda.get_device_name(device)}"
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
+        if line.startswith("model name")
+    ]
+    name = names[0] if names else platform.processor() or platform.machine()
+    return f"{name} CPU, {torch.get_num_threads()} threads"
