@@ -12,12 +12,12 @@ before its timed pass and deleted after it: a live ctranslate2.Translator slowed
 quarter on an AMD EPYC; bf16 units: avx512_bf16). Repetitions are interleaved; the report
 gives sentences/s (median), cased BLEU against the reference, how many outputs equal ours and
 the size of the weights on disk (ours: the float32 state_dict as torch.save writes it;
-CTranslate2: model.bin). With --transformers, also the directory `export.format=hf` writes,
-through transformers' Auto classes and `generate` with its generation_config.json (num_beams
-passed only where the decoding asked differs from it), in batches of the same size sorted by
-length as ours are; the lines it translates differently are listed in the JSON. A multilingual
-model: decoding's target_lang=<lang> (its tag leads each line for transformers). Timings are
-reported, never asserted.
+CTranslate2: model.bin). With --transformers, also the directory `export.format=hf` writes, through
+transformers' Auto classes and `generate` with its generation_config.json (the beam settings passed
+only where the decoding asked differs from it), in batches of the same size sorted by length as
+ours are; the lines it translates differently are listed in the JSON. A multilingual model:
+decoding's target_lang=<lang> (its tag leads each line for transformers). Timings are reported,
+never asserted.
 """
 
 from __future__ import annotations
@@ -77,9 +77,12 @@ def transformers_translate(directory: Path, decoding: DecodingConfig) -> Transla
 
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    asked = {"num_beams": decoding.beam_size}
+    if decoding.beam_size > 1:
+        asked |= {"length_penalty": decoding.length_penalty, "early_stopping": True}
     exported = model.generation_config
-    assert decoding.length_penalty == exported.length_penalty, "decode as the model was exported"
-    beams = {} if decoding.beam_size == exported.num_beams else {"num_beams": decoding.beam_size}
+    same = all(getattr(exported, key, None) == value for key, value in asked.items())
+    beams = {} if same else asked  # only what the exported generation_config.json lacks
     lead = f"<2{decoding.target_lang}> " if decoding.target_lang else ""
 
     def translate(lines: list[str]) -> list[str]:

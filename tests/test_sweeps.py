@@ -20,7 +20,6 @@ import pytest
 from commands import ForkedPython
 from helpers import (
     CONF_DIR,
-    ROOT,
     compose_config,
     few_pairs_overrides,
     python,
@@ -169,7 +168,9 @@ def prepare_processes(shared_data: Path, cache: Path, count: int) -> list[Forked
         "tokenizer.vocab_size=2000",
         "threads=1",
     ]
-    return [start_python("-m", "seq2seq.prepare", *overrides, cwd=ROOT) for _ in range(count)]
+    return [
+        start_python("-m", "seq2seq.prepare", *overrides, cwd=cache.parent) for _ in range(count)
+    ]
 
 
 def built_by(processes: list[ForkedPython]) -> list[str]:
