@@ -151,8 +151,8 @@ def pegasus_state(model: Transformer) -> dict[str, Tensor]:
             **writes(layer.feed_forward.contract, f"{prefix}.fc2"),
         }
 
+    # tied (check_pegasus): the source embedding and output projection are this parameter
     tokens = take(model.tgt_embedding.tokens.weight)[:, perm].contiguous()
-    take(model.src_embedding.tokens.weight), take(model.output_projection.weight)  # the same
     state = {
         "model.shared.weight": tokens,
         "model.encoder.embed_tokens.weight": tokens,
