@@ -216,12 +216,18 @@ def own_directory(path: Path) -> Path:
             candidate = path.with_name(f"{path.name}-{n}")
 
 
+def clock(minutes: float) -> str:
+    """trainer.max_time (DD:HH:MM:SS) for a clock of `minutes`, to the second."""
+    hours, seconds = divmod(round(minutes * 60), 3600)
+    return f"00:{hours:02d}:{seconds // 60:02d}:{seconds % 60:02d}"
+
+
 def train(args: argparse.Namespace) -> dict:
     texts = args.directions.split(",")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     name = "+".join(d.replace(":", "_") for d in texts)
     run_dir = own_directory(
-        args.work / f"{name}-{args.minutes}min-T{args.temperature:g}-{args.seed}-{stamp}"
+        args.work / f"{name}-{args.minutes:g}min-T{args.temperature:g}-{args.seed}-{stamp}"
     )
     directions = [direction(text, args.work / "subsets") for text in texts]
     held = [direction(text, args.work / "subsets") for text in args.disjoint_from]
@@ -242,7 +248,7 @@ def train(args: argparse.Namespace) -> dict:
         f"experiment={'multi30k_multilingual_cpu_1h' if several else 'multi30k_cpu_1h_tuned'}",
         *corpus,
         *([f"data.mix_temperature={args.temperature}"] * several),
-        f"trainer.max_time=00:00:{args.minutes}:00",
+        f"trainer.max_time={clock(args.minutes)}",
         f"seed={args.seed}",
         f"hydra.run.dir={run_dir}",
         *args.overrides,
@@ -323,7 +329,9 @@ def zero_shot(args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--directions", default="en-de,en-fr,en-cs")
-    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument(
+        "--minutes", type=float, default=60, help="training clock; fractions for a share of one"
+    )
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument(
         "--disjoint-from",

@@ -160,6 +160,20 @@ def test_generate_with_the_exported_settings_gives_our_translations(
     assert any(line.strip() for line in ours)
 
 
+@pytest.mark.skipif(
+    int(transformers.__version__.split(".")[0]) >= 5,
+    reason="transformers 5 removed pipeline('translation'); runs on transformers 4.x",
+)
+def test_the_translation_pipeline_translates_as_our_search(
+    exported, monkeypatch: pytest.MonkeyPatch, tokenizer: Tokenizer
+) -> None:
+    model, directory = exported
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    translate = transformers.pipeline("translation", model=str(directory))
+    ours = Translator(model, tokenizer, compose_config([]).decoding).translate(LINES)
+    assert [out["translation_text"] for out in translate(LINES)] == ours
+
+
 def test_a_multilingual_models_tag_is_read_from_the_text_and_never_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -139,3 +139,15 @@ def test_runs_started_in_the_same_second_get_directories_of_their_own(
     made = [script.own_directory(wanted) for _ in range(3)]
     assert [p.name for p in made] == [wanted.name, f"{wanted.name}-2", f"{wanted.name}-3"]
     assert all(p.is_dir() for p in made)
+
+
+@pytest.mark.parametrize(
+    ("minutes", "seconds"), [(60, 3600), (4.75, 285), (15.6, 936), (90, 5400)]
+)
+def test_a_clock_of_any_minutes_is_a_max_time_lightning_reads(
+    script: ModuleType, minutes: float, seconds: int
+) -> None:
+    from pytorch_lightning.callbacks import Timer
+
+    timer = Timer(duration=script.clock(minutes))  # refuses anything but DD:HH:MM:SS
+    assert timer._duration == seconds

@@ -221,7 +221,7 @@ def test_rule_2_derives_a_budgeted_warmup_and_rule_1_an_epoch_one(
     corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     overrides = [*few_pairs_overrides(corpus, tmp_path / "cache"), "derive_from_corpus=true"]
-    config = compose_config([*overrides, "trainer.max_steps=100", "derive_rule=2"])
+    config = compose_config([*overrides, "trainer.max_steps=100"])  # rule 2: the default
     with caplog.at_level(logging.INFO, logger="seq2seq.training.recipe"):
         derived = derive(config, fixed=set())
     assert derived.optim.warmup_ratio == 0.25 and derived.data.max_tokens == 2048
@@ -237,6 +237,6 @@ def test_rule_2_derives_a_budgeted_warmup_and_rule_1_an_epoch_one(
     assert sampled.trainer["check_val_every_n_epoch"] == math.ceil(share * GREEDY_COST / 4) == 4
     unbudgeted = derive(compose_config([*overrides, "derive_rule=2"]), set())  # max_epochs only
     assert unbudgeted.optim.warmup_ratio == 0 and unbudgeted.optim.warmup_steps == 500
-    rule_1 = derive(compose_config([*overrides, "trainer.max_steps=100"]), set())  # the default
+    rule_1 = derive(compose_config([*overrides, "trainer.max_steps=100", "derive_rule=1"]), set())
     assert rule_1.optim.warmup_ratio == 0 and rule_1.optim.warmup_steps == 500
     assert rule_1.trainer["check_val_every_n_epoch"] == 1  # every epoch, as configured
