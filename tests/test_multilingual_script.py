@@ -141,9 +141,7 @@ def test_runs_started_in_the_same_second_get_directories_of_their_own(
     assert all(p.is_dir() for p in made)
 
 
-@pytest.mark.parametrize(
-    ("minutes", "seconds"), [(60, 3600), (4.75, 285), (15.6, 936), (90, 5400)]
-)
+@pytest.mark.parametrize(("minutes", "seconds"), [(60, 3600), (4.75, 285), (15.6, 936), (90, 5400)])
 def test_a_clock_of_any_minutes_is_a_max_time_lightning_reads(
     script: ModuleType, minutes: float, seconds: int
 ) -> None:
