@@ -99,6 +99,13 @@ def test_the_directory_loads_offline_with_the_auto_classes(
     assert "Pegasus" not in type(hf_tokenizer).__name__  # tokenizer.json as written, not rebuilt
     assert hf_model.config.d_model == model.config.d_model
     assert hf_model.generation_config.suppress_tokens == [0, 2]
+    config = json.loads((directory / "config.json").read_text())  # for 4.x's pipeline
+    assert config["task_specific_params"]["translation"] == {
+        "do_sample": False,
+        "num_beams": 5,
+        "length_penalty": 1.0,
+        "early_stopping": True,
+    }
     files = {path.name for path in directory.iterdir()}
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= files
     assert {"tokenizer_config.json", "README.md", "src.model", "seq2seq_export.json"} <= files

@@ -50,6 +50,17 @@ def import_transformers() -> ModuleType:
         ) from None
 
 
+SEARCH_KEYS = (
+    "do_sample",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "temperature",
+    "top_k",
+    "top_p",
+)
+
+
 def generation_config(model: Transformer, decoding: DecodingConfig) -> dict[str, Any]:
     """Our search's settings as transformers' generation config: our ids, the beam and its
     length penalty (both count EOS in the length), PAD, BOS and tags never output and the
@@ -144,14 +155,18 @@ def export_transformers(
             f"{checked['first_difference']!r}); nothing exported. Train with "
             "tokenizer.model_type=unigram (the recipes' choice), or export to CTranslate2"
         )
+    generation = generation_config(model, config.decoding)
     hf_config = transformers.PegasusConfig(**pegasus_config(model, tokenizer.src_vocab_size))
+    # transformers 4.x's translation pipeline starts from its own beam of 4 and takes the
+    # search from here (a legacy key transformers 5 no longer reads)
+    hf_config.task_specific_params = {
+        "translation": {k: v for k, v in generation.items() if k in SEARCH_KEYS}
+    }
     hf_model = transformers.PegasusForConditionalGeneration(hf_config)
     state = pegasus_state(model)
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     assert not missing and not unexpected, (missing, unexpected)
-    hf_model.generation_config = transformers.GenerationConfig(
-        **generation_config(model, config.decoding)
-    )
+    hf_model.generation_config = transformers.GenerationConfig(**generation)
     with atomic_dir(directory, replace=True) as tmp:
         hf_model.save_pretrained(tmp)
         fast.save(str(tmp / "tokenizer.json"))

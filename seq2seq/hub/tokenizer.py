@@ -107,8 +107,9 @@ def fast_tokenizer(tokenizer: Tokenizer) -> FastTokenizer:
 
 def tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
     """tokenizer_config.json: the special tokens, right padding (our positions count from 0
-    over the padding), truncation to the model's positions, and the text `</s>` or `<pad>` read
-    as text, as SentencePiece reads it."""
+    over the padding), truncation to the model's positions, the text `</s>` or `<pad>` read
+    as text, as SentencePiece reads it, and no token_type_ids (transformers 4.x adds them
+    otherwise, and Pegasus's generate refuses them)."""
     piece = tokenizer.src.id_to_piece
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -120,6 +121,7 @@ def tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
         "truncation_side": "right",
         "clean_up_tokenization_spaces": False,
         "split_special_tokens": True,
+        "model_input_names": ["input_ids", "attention_mask"],
     }
 
 
