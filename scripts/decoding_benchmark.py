@@ -38,7 +38,7 @@ from seq2seq.decoding.checkpoint import TrainedModel, load_trained
 from seq2seq.decoding.config import DecodingConfig
 from seq2seq.decoding.ctranslate2_backend import export_model
 from seq2seq.decoding.translator import Translator
-from seq2seq.hub.directory import export_transformers
+from seq2seq.hub.directory import export_transformers, search_settings
 from seq2seq.metrics import bleu
 
 TEST = Path("../shared/data/multi30k")
@@ -77,9 +77,7 @@ def transformers_translate(directory: Path, decoding: DecodingConfig) -> Transla
 
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
-    asked = {"num_beams": decoding.beam_size}
-    if decoding.beam_size > 1:
-        asked |= {"length_penalty": decoding.length_penalty, "early_stopping": True}
+    asked = search_settings(decoding)
     exported = model.generation_config
     same = all(getattr(exported, key, None) == value for key, value in asked.items())
     beams = {} if same else asked  # only what the exported generation_config.json lacks

@@ -50,23 +50,32 @@ def import_transformers() -> ModuleType:
         ) from None
 
 
-SEARCH_KEYS = (
-    "do_sample",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "temperature",
-    "top_k",
-    "top_p",
-)
+def search_settings(decoding: DecodingConfig) -> dict[str, Any]:
+    """Our search as generate's keywords: sampling, greedy, or the beam with its length
+    penalty (both count EOS in the length)."""
+    if decoding.search == "sample":
+        return {
+            "do_sample": True,
+            "num_beams": 1,
+            "temperature": decoding.temperature,
+            "top_k": decoding.top_k,
+            "top_p": decoding.top_p,
+        }
+    if decoding.beam_size == 1:
+        return {"do_sample": False, "num_beams": 1}
+    return {
+        "do_sample": False,
+        "num_beams": decoding.beam_size,
+        "length_penalty": decoding.length_penalty,
+        "early_stopping": True,
+    }
 
 
 def generation_config(model: Transformer, decoding: DecodingConfig) -> dict[str, Any]:
-    """Our search's settings as transformers' generation config: our ids, the beam and its
-    length penalty (both count EOS in the length), PAD, BOS and tags never output and the
-    rest renormalised, as ours does; at most model.max_len - 1 tokens and EOS (transformers
-    counts the start token). Our per-sentence limit (decoding.max_len_a/b) has no equivalent."""
-    sampling = decoding.search == "sample"
+    """Our search's settings as transformers' generation config: our ids, the search, PAD, BOS
+    and tags never output and the rest renormalised, as ours does; at most model.max_len - 1
+    tokens and EOS (transformers counts the start token). Our per-sentence limit
+    (decoding.max_len_a/b) has no equivalent."""
     return {
         "decoder_start_token_id": model.bos_id,
         "bos_token_id": model.bos_id,
@@ -77,24 +86,7 @@ def generation_config(model: Transformer, decoding: DecodingConfig) -> dict[str,
         "suppress_tokens": list(model.never_ids),
         "renormalize_logits": True,
         "num_return_sequences": 1,
-        **(
-            {
-                "do_sample": True,
-                "num_beams": 1,
-                "temperature": decoding.temperature,
-                "top_k": decoding.top_k,
-                "top_p": decoding.top_p,
-            }
-            if sampling
-            else {"do_sample": False, "num_beams": 1}
-            if decoding.beam_size == 1
-            else {
-                "do_sample": False,
-                "num_beams": decoding.beam_size,
-                "length_penalty": decoding.length_penalty,
-                "early_stopping": True,
-            }
-        ),
+        **search_settings(decoding),
     }
 
 
@@ -155,18 +147,17 @@ def export_transformers(
             f"{checked['first_difference']!r}); nothing exported. Train with "
             "tokenizer.model_type=unigram (the recipes' choice), or export to CTranslate2"
         )
-    generation = generation_config(model, config.decoding)
     hf_config = transformers.PegasusConfig(**pegasus_config(model, tokenizer.src_vocab_size))
     # transformers 4.x's translation pipeline starts from its own beam of 4 and takes the
     # search from here (a legacy key transformers 5 no longer reads)
-    hf_config.task_specific_params = {
-        "translation": {k: v for k, v in generation.items() if k in SEARCH_KEYS}
-    }
+    hf_config.task_specific_params = {"translation": search_settings(config.decoding)}
     hf_model = transformers.PegasusForConditionalGeneration(hf_config)
     state = pegasus_state(model)
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     assert not missing and not unexpected, (missing, unexpected)
-    hf_model.generation_config = transformers.GenerationConfig(**generation)
+    hf_model.generation_config = transformers.GenerationConfig(
+        **generation_config(model, config.decoding)
+    )
     with atomic_dir(directory, replace=True) as tmp:
         hf_model.save_pretrained(tmp)
         fast.save(str(tmp / "tokenizer.json"))
