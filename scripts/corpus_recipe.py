@@ -174,6 +174,14 @@ def select(tree: dict, key: str):
     return tree
 
 
+def settings(config: dict) -> dict:
+    """The run's SETTINGS; optim.warmup_steps only where it set the warm-up (no warmup_ratio)."""
+    chosen = {key: select(config, key) for key in SETTINGS}
+    if chosen["optim.warmup_ratio"]:
+        del chosen["optim.warmup_steps"]
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", required=True)
@@ -212,7 +220,7 @@ def main() -> None:
         "seed": args.seed,
         "run_dir": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
         "beside": args.beside,
-        "settings": {key: select(config, key) for key in SETTINGS},
+        "settings": settings(config),
         "overrides": args.overrides,
         "precision": summary["precision"],
         "train_seconds": summary["train_seconds"],

@@ -76,3 +76,17 @@ def test_scores_are_sacrebleus_with_both_tokenizations(script: ModuleType) -> No
         assert scores[f"bleu_{tokenize}"] == round(expected.score, 2)
         assert f"tok:{tokenize}" in scores[f"bleu_{tokenize}_signature"]
     assert 0 < scores["chrf"] < 100
+
+
+def test_the_record_names_the_warmup_that_set_the_schedule(script: ModuleType) -> None:
+    tree: dict = {}
+    for key in script.SETTINGS:
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = 1
+    tree["optim"].update(warmup_ratio=0.25, warmup_steps=1000)
+    assert "optim.warmup_steps" not in script.settings(tree)
+    tree["optim"].update(warmup_ratio=0.0)
+    assert script.settings(tree)["optim.warmup_steps"] == 1000
