@@ -224,6 +224,7 @@ def main() -> None:
         "overrides": args.overrides,
         "precision": summary["precision"],
         "train_seconds": summary["train_seconds"],
+        "validation_seconds": summary["validation_seconds"],
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],

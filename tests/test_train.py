@@ -391,6 +391,7 @@ def test_max_steps_ends_a_run_like_max_time(
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["steps"] == max_steps and summary["best_val_bleu"] is not None
+    assert 0 < summary["validation_seconds"] < summary["train_seconds"]
     assert_scores_of_the_files_named(summary["test"]["test"], PAIRS)
     checkpoints = tmp_path / "run" / "checkpoints"
     assert read_checkpoint(checkpoints / "last.ckpt")["global_step"] == max_steps

@@ -56,6 +56,8 @@ class TranslationModule(pl.LightningModule):
         self._epoch_tokens, self._epoch_seconds = 0, 0.0  # timed steps of this epoch
         self._nonfinite: list[tuple[int, Tensor]] = []  # (step, NaN/inf?) not yet read
         self._skipped: list[int] = []  # updates skipped for NaN/inf (on_nonfinite=skip)
+        self.validation_seconds = 0.0  # inside the training clock: the cost of validating
+        self._validation_start = 0.0
         self._graphed: GraphedLoss | None = None  # the training loss through CUDA graphs
         self._warmup_end = WarmupEnd()  # where a warmup of optim.warmup_ratio ended
         # what every checkpoint stores of the config, converted once: the conversion through
@@ -168,6 +170,9 @@ class TranslationModule(pl.LightningModule):
         for index, text in zip(batch.index.tolist(), texts, strict=True):
             outputs_of_set[index] = text
 
+    def on_validation_epoch_start(self) -> None:
+        self._validation_start = time.perf_counter()
+
     def on_validation_epoch_end(self) -> None:
         hypotheses, self._hypotheses = self._hypotheses, {}
         if self.trainer.sanity_checking:
@@ -202,6 +207,9 @@ class TranslationModule(pl.LightningModule):
         if len(scores) > 1:
             log.info("validation BLEU (greedy), mean of %d directions: %.4f", len(scores), score)
         self.log("val/bleu", score, prog_bar=True, sync_dist=True, reduce_fx="max")
+        seconds = time.perf_counter() - self._validation_start
+        self.validation_seconds += seconds
+        log.info("validation took %.1f s (%.0f s in all)", seconds, self.validation_seconds)
 
     def configure_gradient_clipping(
         self,

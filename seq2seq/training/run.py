@@ -377,6 +377,7 @@ def train(config: RootConfig, run_dir: Path) -> dict | None:
         "precision": str(trainer.precision),
         "hardware": hardware(trainer),
         "train_seconds": round(seconds, 1),
+        "validation_seconds": round(module.validation_seconds, 1),
         "epochs": trainer.current_epoch,
         "steps": trainer.global_step,
         "train_loss": float(metrics["train/loss"]) if "train/loss" in metrics else None,
