@@ -265,6 +265,7 @@ def train(args: argparse.Namespace) -> dict:
         "mix_temperature": args.temperature if several else None,
         "precision": summary["precision"],
         "train_seconds": summary["train_seconds"],
+        "validation_seconds": summary["validation_seconds"],
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
