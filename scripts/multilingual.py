@@ -1,15 +1,16 @@
 """Multilingual training measured as docs/multilingual.md reports it: one run of
-multi30k_multilingual_cpu_1h on several directions (multi30k_cpu_1h_tuned on one) for a given
-clock, each direction's test BLEU (sacreBLEU 13a and intl, chrF) and the share of outputs in
-another language than asked (langid, restricted to the model's languages), the updates the clock
-held, and the machine.
+multi30k_multilingual_cpu_1h on several directions (multi30k_cpu_1h_tuned on one; --recipe for
+another preset) for a given clock, each direction's test BLEU (sacreBLEU 13a and intl, chrF) and
+the share of outputs in another language than asked (langid, restricted to the model's
+languages), the updates the clock held, and the machine.
 
     python scripts/multilingual.py --directions en-de,en-fr,en-cs --minutes 60 --seed 1234 \
         --json docs/bench/multilingual/m30k-3dir-60min-1234.json
     python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
     python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
     python scripts/multilingual.py --directions en-nso,en-zu --disjoint-from en-nso,en-zu
-    python scripts/multilingual.py --directions en-zu --disjoint-from en-nso,en-zu --minutes 30
+    python scripts/multilingual.py --directions en-zu --disjoint-from en-nso,en-zu --minutes 30 \
+        --recipe corpus_cpu_1h
     python scripts/multilingual.py --zero-shot de-fr,fr-de --pivot en --run <run dir>
 
 A direction is `<src>-<tgt>` of Multi30k (test_2016_flickr), `en-nso` or `en-zu` (Autshumato: dev
@@ -222,6 +223,28 @@ def clock(minutes: float) -> str:
     return f"00:{hours:02d}:{seconds // 60:02d}:{seconds % 60:02d}"
 
 
+def overrides(args: argparse.Namespace, directions: list[Direction], run_dir: Path) -> list[str]:
+    """The training run's Hydra overrides: `--recipe`, or by default the multilingual preset for
+    several directions and the Multi30k recipe for one."""
+    several = len(directions) > 1
+    one = directions[0]
+    default = "multi30k_multilingual_cpu_1h" if several else "multi30k_cpu_1h_tuned"
+    corpus = (
+        [f"paths.data_dir={DATA}", f"data.src_lang={one.langs[0]}", f"data.tgt_lang={one.langs[1]}"]
+        if not several and one.plain
+        else direction_overrides(directions)
+    )
+    return [
+        f"experiment={args.recipe or default}",
+        *corpus,
+        *([f"data.mix_temperature={args.temperature}"] * several),
+        f"trainer.max_time={clock(args.minutes)}",
+        f"seed={args.seed}",
+        f"hydra.run.dir={run_dir}",
+        *args.overrides,
+    ]
+
+
 def train(args: argparse.Namespace) -> dict:
     texts = args.directions.split(",")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -236,28 +259,13 @@ def train(args: argparse.Namespace) -> dict:
         directions[i], removed[d.pair] = without_sources(d, held, args.work)
     several = len(directions) > 1
     one = directions[0]
-    corpus = (
-        [f"paths.data_dir={DATA}", f"data.src_lang={one.langs[0]}", f"data.tgt_lang={one.langs[1]}"]
-        if not several and one.plain
-        else direction_overrides(directions)
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "seq2seq.train",
-        f"experiment={'multi30k_multilingual_cpu_1h' if several else 'multi30k_cpu_1h_tuned'}",
-        *corpus,
-        *([f"data.mix_temperature={args.temperature}"] * several),
-        f"trainer.max_time={clock(args.minutes)}",
-        f"seed={args.seed}",
-        f"hydra.run.dir={run_dir}",
-        *args.overrides,
-    ]
-    subprocess.run(command, check=True, cwd=ROOT)
+    command = overrides(args, directions, run_dir)
+    subprocess.run([sys.executable, "-m", "seq2seq.train", *command], check=True, cwd=ROOT)
     summary = json.loads((run_dir / "run_summary.json").read_text())
     return {
         "run_dir": str(run_dir),
         "directions": texts,
+        "recipe": command[0].removeprefix("experiment="),
         **(
             {"disjoint_from": args.disjoint_from, "training_pairs_removed": removed} if held else {}
         ),
@@ -334,6 +342,11 @@ def main() -> None:
         "--minutes", type=float, default=60, help="training clock; fractions for a share of one"
     )
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--recipe",
+        help="an experiment= preset (default: multi30k_multilingual_cpu_1h for several "
+        "directions, multi30k_cpu_1h_tuned for one)",
+    )
     parser.add_argument(
         "--disjoint-from",
         type=lambda text: text.split(","),

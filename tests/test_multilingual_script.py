@@ -3,12 +3,14 @@ off-target rate it reports."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from helpers import ROOT, compose_config
 
+from seq2seq.config import RootConfig
 from seq2seq.data.corpus import read_lines, split_paths
 from seq2seq.data.directions import directions
 
@@ -149,3 +151,27 @@ def test_a_clock_of_any_minutes_is_a_max_time_lightning_reads(
 
     timer = Timer(duration=script.clock(minutes))  # refuses anything but DD:HH:MM:SS
     assert timer._duration == seconds
+
+
+def test_a_recipe_given_replaces_the_preset_each_run_shape_defaults_to(
+    script: ModuleType, shared_data: Path, tmp_path: Path
+) -> None:
+    def run(named: list[str], recipe: str | None) -> tuple[str, RootConfig]:
+        args = argparse.Namespace(
+            recipe=recipe, temperature=5.0, minutes=30, seed=2024, overrides=["threads=1"]
+        )
+        chosen = [script.direction(d, tmp_path) for d in named]
+        command = script.overrides(args, chosen, tmp_path / "run")
+        return command[0], compose_config([o for o in command if not o.startswith("hydra.")])
+
+    preset, nso = run(["en-nso"], "corpus_cpu_1h")  # a bilingual control, derived from its corpus
+    assert preset == "experiment=corpus_cpu_1h"
+    assert nso.derive_from_corpus and (nso.data.src_lang, nso.data.tgt_lang) == ("en", "nso")
+    assert (nso.trainer["max_time"], nso.seed, nso.threads) == ("00:00:30:00", 2024, 1)
+    preset, both = run(["en-nso", "en-zu"], None)
+    assert preset == "experiment=multi30k_multilingual_cpu_1h"
+    assert (both.model.d_model, both.data.mix_temperature) == (192, 5.0)
+    assert not both.derive_from_corpus
+    preset, de = run(["en-de"], None)
+    assert preset == "experiment=multi30k_cpu_1h_tuned"
+    assert (de.data.tgt_lang, de.derive_from_corpus) == ("de", False)
