@@ -139,7 +139,9 @@ def corpus_overrides(corpus: str, work: Path) -> tuple[list[str], str]:
             "test_2016_flickr"
         )
     pairs = int(size[0])
-    train = subset(folder / f"train.{src}.gz", folder / f"train.{tgt}.gz", pairs, work / "subsets")
+    train = subset(
+        folder / f"train.{src}.gz", folder / f"train.{tgt}.gz", pairs, work / "subsets" / pair
+    )
     return [
         "data=parallel_files",
         f"data.name=multi30k{pairs}",

@@ -8,7 +8,8 @@ languages), the updates the clock held, and the machine.
         --json docs/bench/multilingual/m30k-3dir-60min-1234.json
     python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
     python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
-    python scripts/multilingual.py --directions en-nso,en-zu --disjoint-from en-nso,en-zu
+    python scripts/multilingual.py --directions en-nso,en-zu --disjoint-from en-nso,en-zu \
+        --recipe corpus_cpu_1h
     python scripts/multilingual.py --directions en-zu --disjoint-from en-nso,en-zu --minutes 30 \
         --recipe corpus_cpu_1h
     python scripts/multilingual.py --zero-shot de-fr,fr-de --pivot en --run <run dir>
@@ -20,8 +21,9 @@ whose source (spaces and byte-order mark trimmed) is among the dev or test sourc
 directions it names, as the two sides of a comparison both must (the Autshumato corpora share
 English sentences); the JSON counts them. `--zero-shot` scores an existing run's final checkpoint
 on Multi30k directions it was not trained on, and with `--pivot en` also through English by the
-same model (src -> en -> tgt), the reference zero-shot translation is held to. Extra Hydra
-overrides go after `--`.
+same model (src -> en -> tgt), the reference zero-shot translation is held to. `--dev-trial`
+trains and validates without scoring a test set, to choose settings. Extra Hydra overrides go
+after `--`.
 Needs langid (`.[bench]`).
 """
 
@@ -81,7 +83,8 @@ def direction(text: str, work: Path) -> Direction:
     }
     if not size:
         return Direction(pair, "multi30k", folder, files, True)
-    train = subset(folder / files["train"][0], folder / files["train"][1], int(size[0]), work)
+    sources, targets = files["train"]
+    train = subset(folder / sources, folder / targets, int(size[0]), work / pair)
     files["train"] = (str(train[0]), str(train[1]))
     return Direction(pair, f"multi30k_{pair}_{size[0]}", folder, files, False)
 
@@ -241,6 +244,7 @@ def overrides(args: argparse.Namespace, directions: list[Direction], run_dir: Pa
         f"trainer.max_time={clock(args.minutes)}",
         f"seed={args.seed}",
         f"hydra.run.dir={run_dir}",
+        *(["evaluate_after=false"] if args.dev_trial else []),
         *args.overrides,
     ]
 
@@ -277,8 +281,14 @@ def train(args: argparse.Namespace) -> dict:
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
-        "test": direction_results(
-            summary["test"], run_languages(run_dir), None if several else one.langs[1]
+        **(
+            {}
+            if args.dev_trial
+            else {
+                "test": direction_results(
+                    summary["test"], run_languages(run_dir), None if several else one.langs[1]
+                )
+            }
         ),
     }
 
@@ -355,6 +365,7 @@ def main() -> None:
         "training splits",
     )
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--dev-trial", action="store_true", help="validation only, no test set")
     parser.add_argument("--zero-shot", help="directions to score an existing run on")
     parser.add_argument("--pivot", help="with --zero-shot: also translate through this language")
     parser.add_argument("--run", type=Path, help="the run directory, with --zero-shot")

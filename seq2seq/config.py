@@ -170,12 +170,6 @@ class RootConfig:
                 "(a language may be a source in one direction and a target in another); set "
                 "tokenizer.joint=true",
             )
-            require(
-                not self.derive_from_corpus,
-                "derive_from_corpus",
-                "true in a multilingual run: its rule reads one direction's corpus; set "
-                "derive_from_corpus=false and the settings yourself",
-            )
 
 
 def _open_node() -> DictConfig:

@@ -34,6 +34,21 @@ def test_a_subset_is_a_seeded_sample_of_aligned_pairs(script: ModuleType, tmp_pa
     assert picked != sources[:10]  # a sample, not the head
 
 
+def test_samples_of_two_directions_keep_their_own_files(script: ModuleType, tmp_path: Path) -> None:
+    if not (SHARED_DATA / "multi30k").is_dir():
+        pytest.skip(f"needs {SHARED_DATA}")
+    de, _ = script.corpus_overrides("multi30k:en-de:100", tmp_path)
+    cs, _ = script.corpus_overrides("multi30k:en-cs:100", tmp_path)  # beside it, or after it
+    de, cs = (
+        split_paths(compose_config(de).data, "train"),
+        split_paths(compose_config(cs).data, "train"),
+    )
+    assert read_lines(de.src) == read_lines(cs.src)  # the same pairs' English
+    for split, lang in ((de, "de"), (cs, "cs")):
+        full = read_lines(SHARED_DATA / "multi30k" / f"train.{lang}.gz")
+        assert set(read_lines(split.tgt)) <= set(full)  # each still its own language
+
+
 @pytest.mark.parametrize(
     "corpus",
     [

@@ -156,9 +156,14 @@ def test_a_clock_of_any_minutes_is_a_max_time_lightning_reads(
 def test_a_recipe_given_replaces_the_preset_each_run_shape_defaults_to(
     script: ModuleType, shared_data: Path, tmp_path: Path
 ) -> None:
-    def run(named: list[str], recipe: str | None) -> tuple[str, RootConfig]:
+    def run(named: list[str], recipe: str | None, trial: bool = False) -> tuple[str, RootConfig]:
         args = argparse.Namespace(
-            recipe=recipe, temperature=5.0, minutes=30, seed=2024, overrides=["threads=1"]
+            recipe=recipe,
+            temperature=5.0,
+            minutes=30,
+            seed=2024,
+            dev_trial=trial,
+            overrides=["threads=1"],
         )
         chosen = [script.direction(d, tmp_path) for d in named]
         command = script.overrides(args, chosen, tmp_path / "run")
@@ -172,6 +177,10 @@ def test_a_recipe_given_replaces_the_preset_each_run_shape_defaults_to(
     assert preset == "experiment=multi30k_multilingual_cpu_1h"
     assert (both.model.d_model, both.data.mix_temperature) == (192, 5.0)
     assert not both.derive_from_corpus
+    preset, derived = run(["en-nso", "en-zu"], "corpus_cpu_1h", trial=True)  # derived from both
+    assert derived.derive_from_corpus and derived.data.multilingual
+    assert not derived.evaluate_after and nso.evaluate_after  # a dev trial scores no test set
+    assert [d.name for d in directions(derived.data)] == ["en-nso", "en-zu"]
     preset, de = run(["en-de"], None)
     assert preset == "experiment=multi30k_cpu_1h_tuned"
     assert (de.data.tgt_lang, de.derive_from_corpus) == ("de", False)

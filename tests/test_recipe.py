@@ -10,12 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose_config, few_pairs_overrides, write_lines
+from helpers import (
+    compose_config,
+    few_pairs_overrides,
+    multilingual_overrides,
+    write_aligned,
+    write_lines,
+)
 from omegaconf import OmegaConf
 
 from seq2seq.config import config_to_dict
 from seq2seq.data.corpus import SplitPaths
 from seq2seq.data.corpus_counts import SideCounts, count_split, load_or_count
+from seq2seq.data.datamodule import prepare
 from seq2seq.errors import ConfigError
 from seq2seq.io import sha256_file
 from seq2seq.training.corpus_rules import (
@@ -27,7 +34,7 @@ from seq2seq.training.corpus_rules import (
     from_lengths,
     graded,
 )
-from seq2seq.training.recipe import derive
+from seq2seq.training.recipe import derive, measure_lengths, pooled
 from seq2seq.upgrade import load_config
 
 
@@ -240,3 +247,59 @@ def test_rule_2_derives_a_budgeted_warmup_and_rule_1_an_epoch_one(
     rule_1 = derive(compose_config([*overrides, "trainer.max_steps=100", "derive_rule=1"]), set())
     assert rule_1.optim.warmup_ratio == 0 and rule_1.optim.warmup_steps == 500
     assert rule_1.trainer["check_val_every_n_epoch"] == 1  # every epoch, as configured
+
+
+def test_pooled_lengths_are_one_split_of_all_directions() -> None:
+    def lengths(longer: list[int], epoch: float, val_longest: int, val_tokens: float):
+        ratio = np.ones(len(longer))
+        return SubwordLengths(np.array(longer), ratio, epoch, val_longest, val_tokens)
+
+    both = pooled([lengths([3, 9], 1000.0, 12, 50.0), lengths([5], 400.0, 20, 30.0)])
+    assert sorted(both.longer_side.tolist()) == [3, 5, 9] and len(both.ratio) == 3
+    assert (both.tokens_per_epoch, both.val_longest, both.val_tokens) == (1400.0, 20, 80.0)
+
+
+def test_a_tagged_source_is_one_position_longer(tmp_path: Path) -> None:
+    data = write_aligned(tmp_path / "aligned")
+    config = compose_config(multilingual_overrides(data, tmp_path / "cache"))
+    tokenizer = prepare(config).tokenizer
+    en = (data / "train.en").read_text().splitlines()
+    xx = (data / "train.xx").read_text().splitlines()
+    pairs = list(zip(en, xx, strict=True))
+    plain = measure_lengths(tokenizer, pairs, len(pairs), pairs[:10], 10)
+    tagged = measure_lengths(tokenizer, pairs, len(pairs), pairs[:10], 10, tagged=True)
+    src = np.array([len(x) for x in tokenizer.encode_src(en)])
+    tgt = np.array([len(x) for x in tokenizer.encode_tgt(xx)])
+    assert tagged.longer_side.tolist() == np.maximum(src + 1, tgt).tolist()
+    assert plain.longer_side.tolist() == np.maximum(src, tgt).tolist()
+    assert tagged.ratio.tolist() == plain.ratio.tolist()  # of the text: the tag is no word
+    assert tagged.val_longest == max(np.maximum(src[:10] + 1, tgt[:10]))
+
+
+def test_a_multilingual_run_derives_from_all_its_directions_together(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = write_aligned(tmp_path / "aligned")
+    overrides = [
+        *multilingual_overrides(data, tmp_path / "cache"),
+        "derive_from_corpus=true",
+        "trainer.max_steps=100",
+    ]
+    with caplog.at_level(logging.INFO, logger="seq2seq.training.recipe"):
+        derived = derive(compose_config(overrides), fixed=set())
+    words = {
+        lang: count_split(SplitPaths("train", data / "train.en", data / f"train.{lang}")).words
+        for lang in ("xx", "yy")
+    }
+    total = words["xx"] + words["yy"]
+    assert f"training splits of 2 directions, {total:,} words in all; en-xx: " in caplog.text
+    expected = values(from_counts(total, 30, 2))
+    for key in ("model.d_model", "model.encoder_layers", "model.token_replacement"):
+        section, name = key.split(".")
+        assert getattr(getattr(derived, section), name) == expected[key]
+    # the vocabulary is the joint one, tags included, that the run itself then loads
+    assert "the most pieces SentencePiece can make" in caplog.text
+    prepared = prepare(derived)
+    assert "tokenizer" not in prepared.built  # derive trained the run's own tokenizer
+    assert prepared.tokenizer.src_vocab_size == derived.tokenizer.vocab_size
+    assert derived.optim.warmup_ratio == 0.25 and derived.data.multilingual

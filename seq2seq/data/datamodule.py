@@ -168,6 +168,20 @@ def load_or_train_joint_tokenizer(
     return load_or_train(cache_dir, cfg, inputs, training_text, where, tags)
 
 
+def load_or_train_run_tokenizer(
+    config: RootConfig,
+    trains: list[tuple[Direction, SplitPaths]],
+    digest: dict[Path, str],
+    cache_dir: Path,
+) -> tuple[Tokenizer, bool]:
+    """The run's tokenizer from its directions' training splits: the joint one of a multilingual
+    run, or the one direction's; also says if it trained one."""
+    if config.data.multilingual:
+        return load_or_train_joint_tokenizer(config, trains, digest, cache_dir)
+    ((_, train),) = trains
+    return load_or_train_tokenizer(config, train, digest, cache_dir)
+
+
 def prepare(config: RootConfig) -> PreparedData:
     """Make the data ready: fetch files, train or load the tokenizer, encode or load splits,
     for each direction of the run.
@@ -188,12 +202,8 @@ def prepare(config: RootConfig) -> PreparedData:
     digest = {p: sha256_file(p) for s in files.values() for p in s.files}
     built = []
     trains = [key for key, d in owner.items() if files[key].name == d.data.train_split]
-    if multilingual:
-        pairs = [(owner[key], files[key]) for key in trains]
-        tokenizer, trained = load_or_train_joint_tokenizer(config, pairs, digest, cache_dir)
-    else:
-        (train,) = (files[key] for key in trains)
-        tokenizer, trained = load_or_train_tokenizer(config, train, digest, cache_dir)
+    pairs = [(owner[key], files[key]) for key in trains]
+    tokenizer, trained = load_or_train_run_tokenizer(config, pairs, digest, cache_dir)
     if trained:
         built.append("tokenizer")
     processes = min(data.encode_processes or usable_cpus(), thread_budget(config.threads))
