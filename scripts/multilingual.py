@@ -266,7 +266,7 @@ def train(args: argparse.Namespace) -> dict:
     command = overrides(args, directions, run_dir)
     subprocess.run([sys.executable, "-m", "seq2seq.train", *command], check=True, cwd=ROOT)
     summary = json.loads((run_dir / "run_summary.json").read_text())
-    return {
+    result = {
         "run_dir": str(run_dir),
         "directions": texts,
         "recipe": command[0].removeprefix("experiment="),
@@ -281,16 +281,11 @@ def train(args: argparse.Namespace) -> dict:
         "updates": summary["steps"],
         "epochs": summary["epochs"],
         "final_checkpoint": summary["final_checkpoint_choice"],
-        **(
-            {}
-            if args.dev_trial
-            else {
-                "test": direction_results(
-                    summary["test"], run_languages(run_dir), None if several else one.langs[1]
-                )
-            }
-        ),
     }
+    if not args.dev_trial:
+        target = None if several else one.langs[1]
+        result["test"] = direction_results(summary["test"], run_languages(run_dir), target)
+    return result
 
 
 def pivot(checkpoint: Path, directions: list[str], via: str, languages: list[str]) -> dict:
