@@ -27,13 +27,14 @@ def share(count: int, total: int) -> str:
 def length_limits(config: RootConfig, positions: int) -> str:
     """The caption under the summary: each length limit, its setting and how to raise it."""
     decoding, max_len = config.decoding, config.model.max_len
+    tag = "; a source one fewer, for its target-language tag" if config.data.multilingual else ""
     return "\n".join(
         [
             f"too long: training pairs with a side over data.filter.max_len="
             f"{config.data.filter.max_len} tokens, removed; raise data.filter.max_len to keep "
             "them.",
             f"truncated: evaluation pairs with a side over the model's {positions} positions "
-            f"(model.max_len={max_len}, less BOS/EOS), cut to fit; raise model.max_len.",
+            f"(model.max_len={max_len}, less BOS/EOS{tag}), cut to fit; raise model.max_len.",
             f"ref > out: evaluation references longer than decoding lets an output grow, "
             f"min({decoding.max_len_a:g} x source tokens + {decoding.max_len_b}, {positions}); "
             "no translation of them is whole. Raise decoding.max_len_a or decoding.max_len_b "
@@ -58,12 +59,14 @@ def length_cuts(module: TranslationDataModule, split: str) -> LengthCuts:
     + decoding.max_len_b, within the model's positions) cut of an evaluation split."""
     src_lens, tgt_lens = module.encoded_lengths(split)
     positions, config = module.model_positions(), module.config
-    served = torch.from_numpy(np.minimum(src_lens, positions))  # the source decoded
+    src_positions = module.source_positions()
+    # the source as decoded: truncated, and led by its tag in a multilingual run
+    served = torch.from_numpy(np.minimum(src_lens, src_positions) + module.multilingual)
     limit = output_len_limit(
         served, config.decoding.max_len_a, config.decoding.max_len_b, config.model.max_len
     )
     return LengthCuts(
-        truncated=int(((src_lens > positions) | (tgt_lens > positions)).sum()),
+        truncated=int(((src_lens > src_positions) | (tgt_lens > positions)).sum()),
         beyond_output=int((torch.from_numpy(tgt_lens) > limit).sum()),
     )
 

@@ -29,6 +29,7 @@ from seq2seq.data.directions import check_target, directions, tag, target_langua
 from seq2seq.data.mixture import MixtureSplit, TaggedSplit, draw, epoch_counts, mixture_shares
 from seq2seq.data.tokenizer import balanced_sample
 from seq2seq.errors import ConfigError
+from seq2seq.prepare import length_cuts, length_limits
 
 LANGUAGES = ("en", "xx", "yy")
 
@@ -643,3 +644,24 @@ def test_an_ablation_sweep_of_a_multilingual_model_reports_each_wiring_per_direc
         table = sweep / f"test.{direction}" / "ablation.md"
         assert sorted(table_rows(table)) == ["standard", "swapped_cross"]
         assert f"[test.{direction}/ablation.md]" in (sweep / "ablation.md").read_text()
+
+
+def test_the_tag_takes_a_source_position_in_the_length_limits(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    """A source exactly as long as the model's positions fits a bilingual model; the tag that
+    leads it in a multilingual run makes it one too many, and prepare counts it truncated."""
+    lengths, _ = prepared_module(aligned_files, tmp_path / "probe").encoded_lengths("val.en-xx")
+    longest = int(lengths.max())
+    module = prepared_module(
+        aligned_files,
+        tmp_path,
+        f"model.max_len={longest + 1}",
+        f"data.filter.max_len={longest - 2}",
+    )
+    assert (module.model_positions(), module.source_positions()) == (longest, longest - 1)
+    src_lens, tgt_lens = module.encoded_lengths("val.en-xx")
+    cut = int(((src_lens == longest) | (tgt_lens > longest)).sum())
+    assert cut >= 1 and length_cuts(module, "val.en-xx").truncated == cut
+    caption = length_limits(module.config, module.model_positions())
+    assert "less BOS/EOS; a source one fewer, for its target-language tag)" in caption

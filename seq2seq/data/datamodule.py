@@ -269,7 +269,7 @@ class TranslationDataModule(pl.LightningDataModule):
         """Evaluation splits are not filtered: a pair longer than the model's positions is
         truncated with a warning, or stops the run (decoding.long_inputs=error)."""
         assert self.prepared is not None
-        limit = self.model_positions() - self.multilingual  # the tag takes a position
+        limit = self.source_positions()
         for name, split in self.prepared.splits.items():
             too_long = split.longer_than(limit)
             if split.max_len is not None or not len(too_long):
@@ -279,7 +279,8 @@ class TranslationDataModule(pl.LightningDataModule):
             tokens = max(int(split.src_lens[first]), int(split.tgt_lens[first]))
             if self.config.decoding.long_inputs == "error":
                 raise DataError(
-                    f"{where}: {tokens} tokens, more than the model's {limit} (model.max_len - 1);"
+                    f"{where}: {tokens} tokens, more than the model's {limit} "
+                    f"(model.max_len - 1{', less the tag' if self.multilingual else ''});"
                     " shorten or remove that pair, or set decoding.long_inputs=truncate"
                 )
             log.warning(
@@ -315,6 +316,11 @@ class TranslationDataModule(pl.LightningDataModule):
         """Tokens a side of a pair may have: model.max_len, less one for EOS (source) or for
         BOS/EOS (target)."""
         return self.config.model.max_len - 1
+
+    def source_positions(self) -> int:
+        """Tokens a source may have: the model's positions, less the tag a multilingual run's
+        sources lead with."""
+        return self.model_positions() - self.multilingual
 
     def encoded_lengths(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         """Source and target tokens of the split's pairs as encoded, before an evaluation
