@@ -665,3 +665,27 @@ def test_the_tag_takes_a_source_position_in_the_length_limits(
     assert cut >= 1 and length_cuts(module, "val.en-xx").truncated == cut
     caption = length_limits(module.config, module.model_positions())
     assert "less BOS/EOS; a source one fewer, for its target-language tag)" in caption
+
+
+def test_the_output_limit_counts_the_tag_as_decoding_does(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    """Decoding lets an output grow with the source it serves, its tag included: with
+    max_len_a=1 a reference max_len_b + 1 tokens longer than its source still fits."""
+    src_lens, tgt_lens = prepared_module(aligned_files, tmp_path / "probe").encoded_lengths(
+        "val.en-xx"
+    )
+    gaps = tgt_lens - src_lens
+    widest = int(gaps.max())
+    assert widest >= 3 and int(src_lens.max()) < 100  # no source near the model's positions
+    fits = prepared_module(
+        aligned_files, tmp_path / "fits", "decoding.max_len_a=1", f"decoding.max_len_b={widest - 1}"
+    )
+    assert length_cuts(fits, "val.en-xx").beyond_output == 0
+    tighter = prepared_module(
+        aligned_files,
+        tmp_path / "tight",
+        "decoding.max_len_a=1",
+        f"decoding.max_len_b={widest - 2}",
+    )
+    assert length_cuts(tighter, "val.en-xx").beyond_output == int((gaps == widest).sum())
