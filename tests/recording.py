@@ -29,8 +29,8 @@ class RecordBatches(pl.LightningModule):
         self.seen.setdefault(self.current_epoch, []).append(batch.index.tolist())
         return (self.weight * batch.src.float().mean()).sum()
 
-    def validation_step(self, batch, batch_idx):
-        if batch_idx == 0:
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 0 and dataloader_idx == 0:
             self.validated.append(self.current_epoch)
 
     def configure_optimizers(self):

@@ -21,7 +21,9 @@ from helpers import (
     table_rows,
     toy_languages,
     write_aligned,
+    write_lines,
 )
+from recording import fit_recording
 
 from seq2seq.data.corpus import split_paths
 from seq2seq.data.datamodule import TranslationDataModule
@@ -212,6 +214,43 @@ def test_an_epochs_mixture_depends_on_seed_and_epoch_alone(
         (s.tolist(), t.tolist()) for p in parts for _, s, t in (p[i] for i in range(len(p)))
     )
     assert got == want
+
+
+def test_a_mixture_that_draws_its_pairs_validates_every_epoch(
+    aligned_files: Path, tmp_path: Path
+) -> None:
+    """At T != 1 each epoch draws its pairs (the small direction repeated, the large one cut),
+    so epochs serve different numbers of batches, which Lightning counts when it makes the
+    loaders: without a reload every epoch, an epoch shorter than the count never validated."""
+    small = tmp_path / "small"
+    small.mkdir()
+    languages = toy_languages()
+    for split, lo, hi in (("train", 0, 60), ("val", 240, 270), ("test", 270, 300)):
+        for lang in ("en", "yy"):
+            write_lines(small / f"{split}.{lang}", languages[lang][lo:hi])
+    splits = ",".join(
+        f"{split}:{{src:'{split}.en',tgt:'{split}.yy',tsv:null}}"
+        for split in ("train", "val", "test")
+    )
+    corpus = (
+        f"+data.corpora.small={{dir:'{small}',languages:null,directions:[en-yy],"
+        f"splits:{{{splits}}},train_split:train,val_split:val,test_sets:[test],download:null,"
+        "verify_checksums:false}"
+    )
+    module = prepared_module(
+        aligned_files,
+        tmp_path,
+        "data.directions=[en-xx]",
+        corpus,
+        "data.mix_temperature=5",
+        "data.max_tokens=40",  # small batches: a few pairs more or fewer change their count
+        "data.filter.max_len=20",
+    )
+    mixture = module.dataset("train", shuffle=True)
+    large, small_pairs = (len(part) for part in mixture.parts)
+    assert mixture.counts[0] < large and mixture.counts[1] > small_pairs
+    model = fit_recording(module, tmp_path, epochs=4)  # every epoch validated, served whole
+    assert len(set(model.expected.values())) > 1
 
 
 def test_validation_decodes_each_direction(aligned_files: Path, tmp_path: Path) -> None:

@@ -80,12 +80,15 @@ def trainer_arguments(config: RootConfig) -> dict:
         for key, on in (
             ("data.bpe_dropout", config.data.bpe_dropout > 0),
             ("data.bidirectional_epochs", config.data.bidirectional_epochs > 0),
+            ("data.mix_temperature", config.data.multilingual and config.data.mix_temperature != 1),
         )
         if on
     ]
     if changing:
         # epochs serve different numbers of batches (each segmentation its own; both
-        # directions twice the pairs), which Lightning counts only when it makes the loaders
+        # directions twice the pairs; a mixture at T != 1 its own draw of pairs), which
+        # Lightning counts only when it makes the loaders: an epoch shorter than the count
+        # would end without validating
         reload = arguments.setdefault("reload_dataloaders_every_n_epochs", 1)
         if reload != 1:
             raise ConfigError(
