@@ -32,6 +32,7 @@ from seq2seq.data.mixture import MixtureSplit, TaggedSplit, draw, epoch_counts, 
 from seq2seq.data.tokenizer import balanced_sample
 from seq2seq.errors import ConfigError
 from seq2seq.prepare import length_cuts, length_limits
+from seq2seq.training.run import trainer_arguments
 
 LANGUAGES = ("en", "xx", "yy")
 
@@ -237,20 +238,23 @@ def test_a_mixture_that_draws_its_pairs_validates_every_epoch(
         f"splits:{{{splits}}},train_split:train,val_split:val,test_sets:[test],download:null,"
         "verify_checksums:false}"
     )
-    module = prepared_module(
-        aligned_files,
-        tmp_path,
+    mix = [
         "data.directions=[en-xx]",
         corpus,
         "data.mix_temperature=5",
         "data.max_tokens=40",  # small batches: a few pairs more or fewer change their count
         "data.filter.max_len=20",
-    )
+    ]
+    module = prepared_module(aligned_files, tmp_path, *mix)
     mixture = module.dataset("train", shuffle=True)
     large, small_pairs = (len(part) for part in mixture.parts)
     assert mixture.counts[0] < large and mixture.counts[1] > small_pairs
     model = fit_recording(module, tmp_path, epochs=4)  # every epoch validated, served whole
     assert len(set(model.expected.values())) > 1
+    every_other = [*multilingual_overrides(aligned_files, tmp_path / "cache"), *mix]
+    every_other.append("+trainer.reload_dataloaders_every_n_epochs=2")
+    with pytest.raises(ConfigError, match="2, and data.mix_temperature needs the training"):
+        trainer_arguments(compose_config(every_other))
 
 
 def test_validation_decodes_each_direction(aligned_files: Path, tmp_path: Path) -> None:
