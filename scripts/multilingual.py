@@ -7,7 +7,7 @@ languages), the updates the clock held, and the machine.
     python scripts/multilingual.py --directions en-de,en-fr,en-cs --minutes 60 --seed 1234 \
         --json docs/bench/multilingual/m30k-3dir-60min-1234.json
     python scripts/multilingual.py --directions en-de --minutes 20 --seed 1234
-    python scripts/multilingual.py --directions en-de,en-nso,en-cs:5000 --temperature 5
+    python scripts/multilingual.py --directions en-de,en-fr,en-cs:5000 --temperature 5
     python scripts/multilingual.py --directions en-nso,en-zu --disjoint-from en-nso,en-zu \
         --recipe corpus_cpu_1h
     python scripts/multilingual.py --directions en-zu --disjoint-from en-nso,en-zu --minutes 30 \
